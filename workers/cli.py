@@ -1,0 +1,64 @@
+"""The `jobmedic` command line.
+
+Each subcommand lives in its own module under `workers/commands/` and registers
+itself through `register(subparsers)`; its handler takes `(args, settings)` and
+returns the exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from adapters.errors import ConfigError, JobmedicError
+from workers.logs import configure_logging
+from workers.settings import load_settings
+
+# module names under workers/commands, in the order `--help` lists them
+COMMANDS = ["config"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jobmedic",
+        description=(
+            "Keeps distributed training jobs on Slurm running: detect, attribute, "
+            "isolate, restart or stop. Monitor mode is the default."
+        ),
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="TOML settings file (default: $JOBMEDIC_CONFIG, else the embedded defaults)",
+    )
+    parser.add_argument("--log-level", default=None, help="DEBUG, INFO, WARNING or ERROR (default: INFO)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"workers.commands.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 2
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as exc:
+        print(f"jobmedic: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(args.log_level or settings.log_level)
+    try:
+        return int(args.handler(args, settings) or 0)
+    except JobmedicError as exc:
+        print(f"jobmedic: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of the `jobmedic` command line; each module has `register(subparsers)`."""

@@ -1,0 +1,285 @@
+"""jobmedic's settings: one typed object, built once in `workers/` and passed down.
+
+Sources, strongest first: environment variables (`JOBMEDIC_...`, nested keys with
+`__`, e.g. `JOBMEDIC_TEMPORAL__ADDRESS`), then the TOML file named by `--config`
+or `JOBMEDIC_CONFIG`, then the defaults. With nothing configured, jobmedic watches
+one cluster named `local` through the local Slurm commands (honouring
+`SLURM_CONF`), in observe mode, with a SQLite audit store under the user's data
+directory: the embedded default.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from adapters.errors import ConfigError
+from workflows.contracts import Mode
+
+
+def default_data_dir() -> Path:
+    """Where the embedded SQLite store and the dev server's database live."""
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("jobmedic", appauthor=False))
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SshSettings(Section):
+    host: str = "127.0.0.1"
+    port: int = 22
+    user: str = "root"
+    key_file: Path | None = None
+    known_hosts: Path | None = None
+    connect_timeout_s: float = 10.0
+    # remote environment, e.g. {"SLURM_CONF": "/etc/slurm/slurm.conf"}
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _needs_known_hosts(self) -> "SshSettings":
+        if self.known_hosts is None:
+            raise ValueError(
+                "ssh.known_hosts is required: jobmedic verifies SSH host keys "
+                "(point it at a known_hosts file that lists the scheduler host)"
+            )
+        return self
+
+
+class SchedulerSettings(Section):
+    access: Literal["local", "ssh"] = "local"
+    ssh: SshSettings | None = None
+    command_timeout_s: float = 30.0
+    # local mode: extra environment for the Slurm commands (SLURM_CONF is inherited anyway)
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _ssh_section(self) -> "SchedulerSettings":
+        if self.access == "ssh" and self.ssh is None:
+            raise ValueError("scheduler.access is 'ssh' but there is no [clusters.scheduler.ssh] section")
+        return self
+
+
+class LogSourceSettings(Section):
+    kind: Literal["files", "loki", "victorialogs"] = "files"
+    url: str | None = None
+    # label holding the Slurm job id (Loki) / field name (VictoriaLogs)
+    job_label: str = "slurm_job_id"
+    host_label: str = "host"
+    extra_selector: str = ""
+    max_bytes_per_read: int = 4 * 1024 * 1024
+    max_line_bytes: int = 64 * 1024
+    timeout_s: float = 10.0
+    bearer_token: SecretStr | None = None
+
+
+class MetricsSettings(Section):
+    prometheus_url: str | None = None
+    host_label: str = "Hostname"
+    timeout_s: float = 10.0
+    bearer_token: SecretStr | None = None
+
+
+class AttributionSettings(Section):
+    url: str | None = None
+    timeout_s: float = 5.0
+    bearer_token: SecretStr | None = None
+
+
+class WatchdogSettings(Section):
+    mode: Mode = Mode.OBSERVE
+    decision_deadline_s: float = 120.0
+    action_deadline_s: float = 120.0
+
+
+class PolicySettings(Section):
+    max_attempts: int = 5
+    attempts_window_s: float = 24 * 3600
+    no_checkpoint_attempts: int = 3
+    same_error_stop_after: int = 2
+    oom_stop_after: int = 2
+    transient_restart_limit: int = 3
+    systemic_jobs: int = 5
+    systemic_window_s: float = 300.0
+    drain_nodes: bool = False
+    do_not_restart_exit_code: int = 93
+
+
+class HangSettings(Section):
+    floor_s: float = 300.0
+    ceiling_s: float = 3600.0
+    default_s: float = 1800.0
+    factor: float = 5.0
+
+
+class ClusterSettings(Section):
+    name: str = "local"
+    environment: str = "dev"
+    environment_pattern: str = ".*"
+    mode: Mode = Mode.OBSERVE
+    acknowledge_scheduler_actions: bool = False
+    poll_interval_s: float = 15.0
+    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    logs: LogSourceSettings = Field(default_factory=LogSourceSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    attribution: AttributionSettings = Field(default_factory=AttributionSettings)
+    watchdog: WatchdogSettings = Field(default_factory=WatchdogSettings)
+    policy: PolicySettings = Field(default_factory=PolicySettings)
+    hang: HangSettings = Field(default_factory=HangSettings)
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_an_identifier(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", value):
+            raise ValueError("cluster names use letters, digits, '.', '_' or '-' (at most 63 characters)")
+        return value
+
+    @field_validator("environment_pattern")
+    @classmethod
+    def _pattern_compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from exc
+        return value
+
+    @property
+    def task_queue(self) -> str:
+        """Task queue of the scheduler-facing activities of this cluster."""
+        return f"jobmedic-slurm-{self.name}"
+
+    def may_act(self, job_environment: str, job_mode: Mode) -> bool:
+        """True only when every one of the four action conditions holds."""
+        return (
+            self.mode is Mode.ACTION
+            and self.acknowledge_scheduler_actions
+            and re.fullmatch(self.environment_pattern, job_environment or "") is not None
+            and job_mode is Mode.ACTION
+        )
+
+
+class TemporalSettings(Section):
+    address: str = "127.0.0.1:7233"
+    namespace: str = "default"
+    task_queue: str = "jobmedic"
+    ui_url: str = "http://127.0.0.1:8233"
+
+
+class AuditSettings(Section):
+    # SQLAlchemy URL; None means SQLite under the data directory
+    url: SecretStr | None = None
+
+    def resolved_url(self, data_dir: Path) -> str:
+        if self.url is not None:
+            return self.url.get_secret_value()
+        return f"sqlite:///{data_dir / 'audit.db'}"
+
+
+_CONFIG_PATH: ContextVar[Path | None] = ContextVar("jobmedic_config_path", default=None)
+
+
+class _TomlSource(PydanticBaseSettingsSource):
+    """Reads the TOML file named by `--config` / `JOBMEDIC_CONFIG`."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: Path | None) -> None:
+        super().__init__(settings_cls)
+        self.path = path
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:  # pragma: no cover - unused
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        if self.path is None:
+            return {}
+        try:
+            with open(self.path, "rb") as fh:
+                return tomllib.load(fh)
+        except FileNotFoundError as exc:
+            raise ConfigError(f"config file {self.path} does not exist (given by --config or JOBMEDIC_CONFIG)") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {self.path} is not valid TOML: {exc}") from exc
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="JOBMEDIC_", env_nested_delimiter="__", extra="forbid")
+
+    data_dir: Path = Field(default_factory=default_data_dir)
+    log_level: str = "INFO"
+    temporal: TemporalSettings = Field(default_factory=TemporalSettings)
+    audit: AuditSettings = Field(default_factory=AuditSettings)
+    clusters: list[ClusterSettings] = Field(default_factory=lambda: [ClusterSettings()])
+
+    @field_validator("clusters")
+    @classmethod
+    def _unique_names(cls, value: list[ClusterSettings]) -> list[ClusterSettings]:
+        names = [c.name for c in value]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"cluster names must be unique; repeated: {', '.join(sorted(dup))}")
+        if not value:
+            raise ValueError("at least one [[clusters]] section is needed")
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        path = _CONFIG_PATH.get()
+        if path is None and os.environ.get("JOBMEDIC_CONFIG"):
+            path = Path(os.environ["JOBMEDIC_CONFIG"])
+        return (init_settings, env_settings, _TomlSource(settings_cls, path))
+
+    def cluster(self, name: str | None = None) -> ClusterSettings:
+        """The cluster called `name`, or the only/first one when `name` is None."""
+        if name is None:
+            return self.clusters[0]
+        for cluster in self.clusters:
+            if cluster.name == name:
+                return cluster
+        known = ", ".join(c.name for c in self.clusters)
+        raise ConfigError(f"no cluster named {name!r} is configured (known: {known})")
+
+    @property
+    def audit_url(self) -> str:
+        return self.audit.resolved_url(self.data_dir)
+
+
+def load_settings(config_path: str | Path | None = None) -> Settings:
+    """Build the settings once; a bad file or value raises `ConfigError` naming the key."""
+    token = _CONFIG_PATH.set(Path(config_path) if config_path is not None else None)
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from exc
+    finally:
+        _CONFIG_PATH.reset(token)
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        key = ".".join(str(part) for part in err["loc"]) or "(top level)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (check the spelling; `jobmedic config show` prints every known key)"
+        lines.append(f"{key}: {msg}")
+    return "invalid configuration:\n  " + "\n  ".join(lines)
+
+
+def masked_dump(settings: Settings) -> dict[str, Any]:
+    """The effective settings as plain data, secrets masked."""
+    return settings.model_dump(mode="json")

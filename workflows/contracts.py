@@ -1,0 +1,332 @@
+"""Data contracts shared by workflows, activities and adapters.
+
+Every model here may cross a Temporal activity or workflow boundary, so every
+field added later must have a default: old histories must still decode.
+Only the standard library and pydantic are imported (the workflow sandbox
+re-imports this module).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Contract(BaseModel):
+    model_config = ConfigDict(frozen=False, extra="ignore")
+
+
+# --------------------------------------------------------------------------- opt-in
+
+
+class Mode(StrEnum):
+    """Monitor (advice only) or action (scheduler commands allowed)."""
+
+    OBSERVE = "observe"
+    ACTION = "action"
+
+
+class OptIn(Contract):
+    """A job's opt-in, parsed from its Slurm comment."""
+
+    key: str = "jobmedic"  # "jobmedic" or "nvidia-recovery"
+    environment: str = ""
+    mode: Mode = Mode.OBSERVE
+    max_attempts: int | None = None
+    checkpoint_dir: str | None = None
+
+
+class OptInResult(Contract):
+    """Outcome of reading a comment: opted in, not opted in, or invalid with a reason."""
+
+    opted_in: bool = False
+    opt_in: OptIn | None = None
+    invalid_reason: str | None = None
+
+    @property
+    def invalid(self) -> bool:
+        return self.invalid_reason is not None
+
+
+# --------------------------------------------------------------------------- scheduler view
+
+
+class JobState(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    COMPLETING = "COMPLETING"
+    COMPLETED = "COMPLETED"
+    CANCELLED = "CANCELLED"
+    FAILED = "FAILED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    PREEMPTED = "PREEMPTED"
+    BOOT_FAIL = "BOOT_FAIL"
+    DEADLINE = "DEADLINE"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    REQUEUED = "REQUEUED"
+    REQUEUE_HOLD = "REQUEUE_HOLD"
+    REQUEUE_FED = "REQUEUE_FED"
+    RESIZING = "RESIZING"
+    REVOKED = "REVOKED"
+    SPECIAL_EXIT = "SPECIAL_EXIT"
+    STOPPED = "STOPPED"
+    SIGNALING = "SIGNALING"
+    STAGE_OUT = "STAGE_OUT"
+    CONFIGURING = "CONFIGURING"
+    UNKNOWN = "UNKNOWN"
+
+    @classmethod
+    def parse(cls, text: str) -> "JobState":
+        """Map a scheduler state word (any case, possibly with a `+` suffix) to a state."""
+        word = text.strip().upper().split("+", 1)[0].split(" ", 1)[0]
+        try:
+            return cls(word)
+        except ValueError:
+            return cls.UNKNOWN
+
+    @property
+    def finished(self) -> bool:
+        return self in _FINISHED
+
+    @property
+    def failed(self) -> bool:
+        return self in _FAILED
+
+
+_FINISHED = {
+    JobState.COMPLETED, JobState.CANCELLED, JobState.FAILED, JobState.TIMEOUT,
+    JobState.NODE_FAIL, JobState.PREEMPTED, JobState.BOOT_FAIL, JobState.DEADLINE,
+    JobState.OUT_OF_MEMORY, JobState.REVOKED, JobState.SPECIAL_EXIT,
+}
+_FAILED = {
+    JobState.FAILED, JobState.TIMEOUT, JobState.NODE_FAIL, JobState.PREEMPTED,
+    JobState.BOOT_FAIL, JobState.DEADLINE, JobState.OUT_OF_MEMORY,
+}
+
+
+class JobKey(Contract):
+    """Identity of one job: a recycled job id never matches the old job's key."""
+
+    cluster: str
+    job_id: str
+    submit_time: datetime | None = None
+
+    @property
+    def workflow_id(self) -> str:
+        stamp = self.submit_time.strftime("%Y%m%dT%H%M%S") if self.submit_time else "unknown"
+        return f"jobmedic-{self.cluster}-{self.job_id}-{stamp}"
+
+
+class TaskLayout(Contract):
+    """How a job's tasks (global ranks) are spread over its nodes.
+
+    `tasks_per_node[i]` tasks run on `nodes[i]`; ranks are numbered in block
+    order (Slurm's default distribution) unless the job says otherwise.
+    """
+
+    nodes: list[str] = Field(default_factory=list)
+    tasks_per_node: list[int] = Field(default_factory=list)
+    distribution: str = "block"
+
+    def node_of_rank(self, rank: int) -> str | None:
+        """The node that runs global rank `rank`, or None when unknown."""
+        if rank < 0 or not self.nodes:
+            return None
+        counts = self.tasks_per_node or []
+        if len(counts) != len(self.nodes):
+            return None
+        if self.distribution.startswith("cyclic"):
+            # round-robin across nodes that still have free task slots
+            remaining = list(counts)
+            r = 0
+            while any(remaining):
+                for i, left in enumerate(remaining):
+                    if left:
+                        if r == rank:
+                            return self.nodes[i]
+                        remaining[i] -= 1
+                        r += 1
+            return None
+        start = 0
+        for node, count in zip(self.nodes, counts):
+            if start <= rank < start + count:
+                return node
+            start += count
+        return None
+
+
+class JobInfo(Contract):
+    """One job as the scheduler shows it in a single batched query."""
+
+    cluster: str = ""
+    job_id: str
+    name: str = ""
+    user: str = ""
+    state: JobState = JobState.UNKNOWN
+    reason: str = ""
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    nodes: list[str] = Field(default_factory=list)  # expanded host names
+    node_list: str = ""  # as Slurm prints it, e.g. node[1-2]
+    batch_host: str = ""
+    submit_time: datetime | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    restarts: int = 0
+    time_limit: str = ""
+    stdout_path: str = ""
+    stderr_path: str = ""
+    work_dir: str = ""
+    comment: str = ""
+    num_tasks: int | None = None
+    num_nodes: int | None = None
+    layout: TaskLayout = Field(default_factory=TaskLayout)
+    excluded_nodes: list[str] = Field(default_factory=list)
+    held: bool = False
+    requeue_allowed: bool | None = None
+    opt_in: OptInResult = Field(default_factory=OptInResult)
+
+    @property
+    def key(self) -> JobKey:
+        return JobKey(cluster=self.cluster, job_id=self.job_id, submit_time=self.submit_time)
+
+
+class NodeInfo(Contract):
+    """One node's state; `state` is the base state, `flags` the rest (DRAIN, NOT_RESPONDING, ...)."""
+
+    name: str
+    state: str = "UNKNOWN"
+    flags: list[str] = Field(default_factory=list)
+    reason: str = ""
+    reason_user: str = ""
+    reason_time: datetime | None = None
+
+    @property
+    def drained(self) -> bool:
+        return "DRAIN" in self.flags or self.state in {"DRAIN", "DRAINED", "DRAINING"}
+
+    @property
+    def drained_by_jobmedic(self) -> bool:
+        return self.drained and self.reason.startswith("jobmedic:")
+
+    @property
+    def unhealthy(self) -> bool:
+        return (
+            self.state in {"DOWN", "FAIL", "FAILING", "UNKNOWN"}
+            or self.drained
+            or "NOT_RESPONDING" in self.flags
+        )
+
+
+class ActionKind(StrEnum):
+    REQUEUE_HOLD = "requeue_hold"
+    EXCLUDE_NODES = "exclude_nodes"
+    RELEASE = "release"
+    CANCEL = "cancel"
+    DRAIN = "drain"
+    RESUME_NODE = "resume_node"
+
+
+class ActionResult(Contract):
+    """What the scheduler confirms after an action: `changed` is False when the effect was already there."""
+
+    action: ActionKind
+    changed: bool
+    job: JobInfo | None = None
+    node: NodeInfo | None = None
+    detail: str = ""
+
+
+# --------------------------------------------------------------------------- detection
+
+
+class Category(StrEnum):
+    NCCL_TIMEOUT = "nccl_timeout"
+    NCCL_ERROR = "nccl_error"
+    CUDA_ERROR = "cuda_error"
+    GPU_OOM = "gpu_oom"
+    GPU_HARDWARE = "gpu_hardware"
+    INTERCONNECT = "interconnect"
+    HANG = "hang"
+    NODE_FAILURE = "node_failure"
+    TIME_LIMIT = "time_limit"
+    PREEMPTED = "preempted"
+    APP_ERROR = "app_error"
+    DATA_IO = "data_io"
+    HOST_OOM = "host_oom"
+    NONE = "none"
+
+
+class FaultDomain(StrEnum):
+    HARDWARE = "hardware"
+    NETWORK = "network"
+    NODE = "node"
+    SYSTEM_SOFTWARE = "system_software"
+    APPLICATION = "application"
+    RESOURCE = "resource"
+    SCHEDULER = "scheduler"
+    UNKNOWN = "unknown"
+
+
+class Implicated(Contract):
+    hosts: list[str] = Field(default_factory=list)
+    ranks: list[int] = Field(default_factory=list)
+    gpus: list[str] = Field(default_factory=list)  # "host:pci" or "host:index"
+
+
+class EvidenceLine(Contract):
+    """One log line (or scheduler/metric fact) a verdict rests on."""
+
+    source: str = "log"  # log | scheduler | node | metrics | external
+    line: str = ""
+    line_no: int | None = None
+    pattern_id: str | None = None
+    host: str | None = None
+    rank: int | None = None
+
+
+class Verdict(Contract):
+    category: Category = Category.NONE
+    fault_domain: FaultDomain = FaultDomain.UNKNOWN
+    implicated: Implicated = Field(default_factory=Implicated)
+    confidence: float = 0.0
+    evidence: list[EvidenceLine] = Field(default_factory=list)
+    explanation: str = ""
+    deterministic_signature: str | None = None  # same app error twice -> same signature
+    external: dict | None = None  # verdict of an external attribution service, if any
+
+
+class Progress(Contract):
+    """Latest training progress seen in a job's log."""
+
+    iteration: int | None = None
+    loss: float | None = None
+    throughput: float | None = None  # samples or tokens per second, as logged
+    iter_time_s: float | None = None
+    checkpoint_iteration: int | None = None
+    seen_at: datetime | None = None
+
+
+# --------------------------------------------------------------------------- decision
+
+
+class AdviceAction(StrEnum):
+    NOTHING = "nothing"
+    RESTART = "restart"
+    RESTART_EXCLUDE = "restart_exclude"
+    RESTART_DRAIN = "restart_drain"
+    STOP = "stop"
+    HOLD = "hold"
+    LEAVE_TO_SLURM = "leave_to_slurm"
+
+
+class Advice(Contract):
+    action: AdviceAction = AdviceAction.NOTHING
+    rule: str = ""
+    reason: str = ""
+    exclude_nodes: list[str] = Field(default_factory=list)
+    drain_nodes: list[str] = Field(default_factory=list)
