@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from adapters.errors import ConfigError
-from workflows.contracts import Mode
+from workflows.contracts import Mode, PolicyConfig
 
 
 def default_data_dir() -> Path:
@@ -101,19 +101,6 @@ class WatchdogSettings(Section):
     action_deadline_s: float = 120.0
 
 
-class PolicySettings(Section):
-    max_attempts: int = 5
-    attempts_window_s: float = 24 * 3600
-    no_checkpoint_attempts: int = 3
-    same_error_stop_after: int = 2
-    oom_stop_after: int = 2
-    transient_restart_limit: int = 3
-    systemic_jobs: int = 5
-    systemic_window_s: float = 300.0
-    drain_nodes: bool = False
-    do_not_restart_exit_code: int = 93
-
-
 class HangSettings(Section):
     floor_s: float = 300.0
     ceiling_s: float = 3600.0
@@ -133,7 +120,7 @@ class ClusterSettings(Section):
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     attribution: AttributionSettings = Field(default_factory=AttributionSettings)
     watchdog: WatchdogSettings = Field(default_factory=WatchdogSettings)
-    policy: PolicySettings = Field(default_factory=PolicySettings)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
     hang: HangSettings = Field(default_factory=HangSettings)
 
     @field_validator("name")

@@ -330,3 +330,89 @@ class Advice(Contract):
     reason: str = ""
     exclude_nodes: list[str] = Field(default_factory=list)
     drain_nodes: list[str] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- logs and evidence
+
+
+class LogCursor(Contract):
+    """Where incremental reading of one log file stands; kept across polls and restarts."""
+
+    path: str
+    offset: int = 0
+    inode: int | None = None
+    line_no: int = 0  # lines consumed before `offset`
+
+
+class JobEvidence(Contract):
+    """Everything known about one job at one moment, gathered for attribution."""
+
+    job: JobInfo | None = None
+    log_lines: list[str] = Field(default_factory=list)  # window around the failure, oldest first
+    log_first_line_no: int = 1
+    nodes: list[NodeInfo] = Field(default_factory=list)  # states of the job's nodes (and others of interest)
+    metric_facts: list[EvidenceLine] = Field(default_factory=list)  # GPU metric findings, source="metrics"
+    progress: Progress | None = None
+    hang_suspected: bool = False
+    seconds_since_progress: float | None = None
+    straggler_hosts: list[str] = Field(default_factory=list)
+    # cluster-wide view: node -> number of other jobs that failed there recently
+    node_failure_counts: dict[str, int] = Field(default_factory=dict)
+    collected_at: datetime | None = None
+
+
+# --------------------------------------------------------------------------- policy and audit
+
+
+class PolicyConfig(Contract):
+    """Knobs of the decision policy; a cluster can override any of them."""
+
+    max_attempts: int = 5
+    attempts_window_s: float = 24 * 3600
+    no_checkpoint_attempts: int = 3
+    same_error_stop_after: int = 2
+    oom_stop_after: int = 2
+    transient_restart_limit: int = 3
+    systemic_jobs: int = 5
+    systemic_window_s: float = 300.0
+    drain_nodes: bool = False
+    do_not_restart_exit_code: int = 93
+
+
+class EventType(StrEnum):
+    DETECTION = "detection"
+    ADVICE = "advice"
+    ACTION_REQUESTED = "action_requested"
+    ACTION_CONFIRMED = "action_confirmed"
+    WATCHDOG = "watchdog"
+    ALLOCATION_RESTART = "allocation_restart"
+    PROGRESS_RESTORED = "progress_restored"
+    CHECKPOINT_SAVED = "checkpoint_saved"
+    COMPLETED = "completed"
+    STOPPED = "stopped"
+    INVALID_OPT_IN = "invalid_opt_in"
+
+
+class AuditEntry(Contract):
+    """One line of the audit trail. `idempotency_key` makes the write exactly-once."""
+
+    idempotency_key: str
+    timestamp: datetime
+    cluster: str
+    job_id: str
+    submit_time: datetime | None = None
+    attempt: int = 0
+    workflow_id: str = ""
+    run_id: str = ""
+    event_type: EventType
+    pattern_id: str | None = None
+    line: str | None = None
+    category: str | None = None
+    fault_domain: str | None = None
+    implicated_nodes: list[str] = Field(default_factory=list)
+    action: str | None = None
+    mode: str | None = None
+    rule: str | None = None
+    attribution: dict | None = None
+    outcome: str | None = None
+    detail: dict | None = None
