@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# deploy/down.sh [slurm|temporal|mysql|ssh ...] - stop what deploy/up.sh started (no argument:
+# all four, in reverse order). Each service's script is deploy/<service>/down.sh; MySQL is only
+# stopped when deploy/mysql/up.sh started it.
+set -uo pipefail
+SERVICE=down
+# shellcheck source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+ALL=(slurm temporal mysql ssh)
+services=("$@")
+[ ${#services[@]} -gt 0 ] || services=(ssh mysql temporal slurm)
+for s in "${services[@]}"; do
+    [[ " ${ALL[*]} " == *" $s "* ]] || { echo "usage: $0 [${ALL[*]// /|} ...]  (unknown service '$s')" >&2; exit 2; }
+done
+need_root
+rc=0
+for s in "${services[@]}"; do bash "$DEPLOY_DIR/$s/down.sh" || rc=1; done
+say "done in $(elapsed)"
+exit $rc
