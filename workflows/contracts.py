@@ -342,6 +342,9 @@ class LogCursor(Contract):
     offset: int = 0
     inode: int | None = None
     line_no: int = 0  # lines consumed before `offset`
+    # "<n>:<digest>" of the file's first n bytes: tells a rewritten file from the old one
+    # where inodes are unavailable (SFTP) or reused (delete and recreate)
+    fingerprint: str | None = None
 
 
 class JobEvidence(Contract):
