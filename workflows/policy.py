@@ -1,0 +1,527 @@
+"""The decision policy: verdict + job + job history + policy config -> advice.
+
+Pure and deterministic, because it runs inside the per-job recovery workflow:
+no clocks (`now` is passed in), no randomness, no I/O, and only the standard
+library, pydantic and `workflows.contracts` / `workflows.history` imported
+(the workflow sandbox re-imports this module). Host lists in the advice are
+sorted, so the output does not depend on the order evidence arrived in.
+
+`history.current` is the attempt that just failed; `history.attempts` are the
+attempts closed before it. The workflow records the outcome only after this
+function has decided (`JobHistory.record_outcome`).
+
+Precedence: the rules below are tried in this order and the first that applies
+gives the advice (`_RULES` is the same sequence). Each line is `rule id: when
+-> action`.
+
+Gates, whatever the category:
+ 1. do_not_restart_exit_code: the job exited with config.do_not_restart_exit_code
+    (93, NVRx "do not restart") -> STOP. The job's own word beats everything.
+ 2. nothing_wrong: category none -> NOTHING.
+ 3. preempted_leave_to_slurm: category preempted -> LEAVE_TO_SLURM (the
+    scheduler's business; spends no budget).
+ 4. systemic_hold: a shared-infrastructure category while at least
+    config.systemic_jobs distinct jobs (this one included) failed on shared
+    infrastructure within config.systemic_window_s -> HOLD, so that an outage
+    does not burn every job's retries.
+ 5. attempt_budget: this failure is the max_attempts-th within
+    config.attempts_window_s -> STOP. max_attempts is `max_attempts_override`,
+    else the job's opt-in `max_attempts`, else config.max_attempts.
+ 6. no_checkpoint_progress: the job is known to checkpoint (a checkpoint was
+    seen, or its opt-in names a checkpoint dir) and the last
+    config.no_checkpoint_attempts attempts, this one included, saved no new
+    checkpoint -> STOP. A job whose checkpoints we cannot see is bounded by
+    the attempt budget instead.
+Category rules (categories are disjoint, so these never overlap):
+ 7. hardware_exclude / hardware_restart: gpu_hardware, interconnect,
+    node_failure -> RESTART_EXCLUDE of the implicated hosts (RESTART_DRAIN of
+    the same hosts when config.drain_nodes); no host implicated -> RESTART.
+ 8. time_limit_checkpoint / time_limit_no_checkpoint: time_limit -> RESTART if
+    the attempt saved a new checkpoint, else STOP.
+ 9. oom_repeat / oom_restart: gpu_oom or host_oom -> STOP once OOMs (both kinds
+    together, this one included) reach config.oom_stop_after, else RESTART.
+10. data_io_repeat / data_io_restart: data_io -> STOP if an earlier attempt
+    ended in data_io, else RESTART.
+Deterministic repeats (app_error, cuda_error, nccl_*, hang):
+11. same_app_error_twice: the verdict's deterministic signature, this one
+    included, was seen config.same_error_stop_after times -> STOP.
+12. app_error_repeat_unsigned: app_error without a signature right after an
+    attempt that ended the same way -> STOP (nothing tells them apart).
+Restarts:
+13. nccl_exclude: nccl_timeout / nccl_error naming hosts -> RESTART_EXCLUDE.
+14. transient_limit / transient_nccl_restart: nccl_timeout / nccl_error naming
+    no host -> STOP once config.transient_restart_limit unattributed NCCL
+    failures came before, else RESTART.
+15. hang_exclude / hang_restart: hang -> RESTART_EXCLUDE of the implicated
+    hosts, or RESTART when none.
+16. cuda_error_exclude / cuda_error_restart: likewise for cuda_error.
+17. app_error_restart: app_error (first of its kind) -> RESTART.
+18. unknown_cause_restart: anything else -> RESTART, excluding nothing.
+
+Exclusion lists only ever hold hosts the current verdict implicates; STOP,
+HOLD, NOTHING and LEAVE_TO_SLURM never carry exclude or drain lists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import Field
+
+from workflows.contracts import Advice, AdviceAction, Category, Contract, JobInfo, PolicyConfig, Verdict
+from workflows.history import JobHistory, as_utc
+
+
+class Rule(StrEnum):
+    """Stable ids of the policy's rules, recorded with every advice."""
+
+    DO_NOT_RESTART_EXIT_CODE = "do_not_restart_exit_code"
+    NOTHING_WRONG = "nothing_wrong"
+    PREEMPTED_LEAVE_TO_SLURM = "preempted_leave_to_slurm"
+    SYSTEMIC_HOLD = "systemic_hold"
+    ATTEMPT_BUDGET = "attempt_budget"
+    NO_CHECKPOINT_PROGRESS = "no_checkpoint_progress"
+    HARDWARE_EXCLUDE = "hardware_exclude"
+    HARDWARE_RESTART = "hardware_restart"
+    TIME_LIMIT_CHECKPOINT = "time_limit_checkpoint"
+    TIME_LIMIT_NO_CHECKPOINT = "time_limit_no_checkpoint"
+    OOM_REPEAT = "oom_repeat"
+    OOM_RESTART = "oom_restart"
+    DATA_IO_REPEAT = "data_io_repeat"
+    DATA_IO_RESTART = "data_io_restart"
+    SAME_APP_ERROR_TWICE = "same_app_error_twice"
+    APP_ERROR_REPEAT_UNSIGNED = "app_error_repeat_unsigned"
+    NCCL_EXCLUDE = "nccl_exclude"
+    TRANSIENT_LIMIT = "transient_limit"
+    TRANSIENT_NCCL_RESTART = "transient_nccl_restart"
+    HANG_EXCLUDE = "hang_exclude"
+    HANG_RESTART = "hang_restart"
+    CUDA_ERROR_EXCLUDE = "cuda_error_exclude"
+    CUDA_ERROR_RESTART = "cuda_error_restart"
+    APP_ERROR_RESTART = "app_error_restart"
+    UNKNOWN_CAUSE_RESTART = "unknown_cause_restart"
+
+
+HARDWARE_CATEGORIES = frozenset({Category.GPU_HARDWARE, Category.INTERCONNECT, Category.NODE_FAILURE})
+NCCL_CATEGORIES = frozenset({Category.NCCL_TIMEOUT, Category.NCCL_ERROR})
+OOM_CATEGORIES = frozenset({Category.GPU_OOM, Category.HOST_OOM})
+# Categories whose cause can be infrastructure several jobs share (fabric,
+# file systems, nodes, drivers). The job's own errors, memory use, time limit
+# and the scheduler's preemptions say nothing about shared infrastructure.
+SHARED_INFRA_CATEGORIES = frozenset(
+    {
+        Category.NCCL_TIMEOUT,
+        Category.NCCL_ERROR,
+        Category.CUDA_ERROR,
+        Category.GPU_HARDWARE,
+        Category.INTERCONNECT,
+        Category.HANG,
+        Category.NODE_FAILURE,
+        Category.DATA_IO,
+    }
+)
+_RESTARTS = frozenset({AdviceAction.RESTART, AdviceAction.RESTART_EXCLUDE, AdviceAction.RESTART_DRAIN})
+
+
+class SystemicView(Contract):
+    """Shared-infrastructure failures across the cluster within the systemic window."""
+
+    window_s: float = 0.0
+    job_ids: list[str] = Field(default_factory=list)  # distinct, sorted
+    hosts: list[str] = Field(default_factory=list)  # distinct, sorted
+    categories: list[Category] = Field(default_factory=list)  # distinct, sorted
+
+    @property
+    def job_count(self) -> int:
+        return len(self.job_ids)
+
+
+def systemic_view(
+    recent_failures: Iterable[tuple[str, datetime, str, Sequence[str]]],
+    *,
+    now: datetime,
+    config: PolicyConfig,
+) -> SystemicView:
+    """Summarise recent failures of the cluster's jobs for the systemic rule.
+
+    Args:
+        recent_failures: `(job_id, failed_at, category, hosts)` per failure;
+            several failures of one job count once. Unknown category names
+            are ignored (they cannot be told to be shared infrastructure).
+        now: the workflow's current time.
+        config: supplies `systemic_window_s`.
+    """
+    jobs: set[str] = set()
+    hosts: set[str] = set()
+    categories: set[Category] = set()
+    for job_id, failed_at, category, failed_hosts in recent_failures:
+        if category not in SHARED_INFRA_CATEGORIES:
+            continue
+        if (as_utc(now) - as_utc(failed_at)).total_seconds() > config.systemic_window_s:
+            continue
+        jobs.add(job_id)
+        hosts.update(h for h in failed_hosts if h)
+        categories.add(Category(category))
+    return SystemicView(
+        window_s=config.systemic_window_s,
+        job_ids=sorted(jobs),
+        hosts=sorted(hosts),
+        categories=sorted(categories),
+    )
+
+
+# --------------------------------------------------------------------------- facts
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """Everything the rules look at, derived once per decision."""
+
+    verdict: Verdict
+    job: JobInfo
+    history: JobHistory
+    config: PolicyConfig
+    systemic: SystemicView | None
+    hosts: tuple[str, ...]  # implicated by this verdict, distinct and sorted
+    max_attempts: int
+    attempts_in_window: int  # this one included
+    checkpoints_tracked: bool
+    new_checkpoint: bool  # the failed attempt saved one
+    attempts_without_checkpoint: int  # latest in a row, this one included
+
+    @property
+    def category(self) -> Category:
+        return self.verdict.category
+
+
+def _facts(
+    verdict: Verdict,
+    job: JobInfo,
+    history: JobHistory,
+    config: PolicyConfig,
+    *,
+    now: datetime,
+    systemic: SystemicView | None,
+    max_attempts_override: int | None,
+) -> _Facts:
+    opt_in = job.opt_in.opt_in
+    if max_attempts_override is not None:
+        max_attempts = max_attempts_override
+    elif opt_in is not None and opt_in.max_attempts is not None:
+        max_attempts = opt_in.max_attempts
+    else:
+        max_attempts = config.max_attempts
+    new_checkpoint = history.current_made_checkpoint
+    return _Facts(
+        verdict=verdict,
+        job=job,
+        history=history,
+        config=config,
+        systemic=systemic,
+        hosts=tuple(sorted({h for h in verdict.implicated.hosts if h})),
+        max_attempts=max_attempts,
+        attempts_in_window=history.recent_attempts(now=now, window_s=config.attempts_window_s) + 1,
+        checkpoints_tracked=history.last_checkpoint_iteration is not None
+        or (opt_in is not None and bool(opt_in.checkpoint_dir)),
+        new_checkpoint=new_checkpoint,
+        attempts_without_checkpoint=history.attempts_without_checkpoint() + (0 if new_checkpoint else 1),
+    )
+
+
+# --------------------------------------------------------------------------- advice builders
+
+
+def _advice(action: AdviceAction, rule: Rule, reason: str) -> Advice:
+    return Advice(action=action, rule=rule.value, reason=reason)
+
+
+def _restart_isolating(f: _Facts, rule: Rule, reason: str, *, drain: bool = False) -> Advice:
+    """Restart excluding (and optionally draining) exactly the implicated hosts."""
+    hosts = list(f.hosts)
+    action = AdviceAction.RESTART_DRAIN if drain else AdviceAction.RESTART_EXCLUDE
+    return Advice(
+        action=action,
+        rule=rule.value,
+        reason=f"{reason}; restarting without {', '.join(hosts)}" + (f" and draining {'it' if len(hosts) == 1 else 'them'}" if drain else ""),
+        exclude_nodes=hosts,
+        drain_nodes=hosts if drain else [],
+    )
+
+
+def _hosts_or_restart(f: _Facts, exclude: Rule, restart: Rule, what: str, *, drain: bool = False) -> Advice:
+    """Isolate the implicated hosts under rule `exclude`, or restart as is under `restart` when none."""
+    if f.hosts:
+        return _restart_isolating(f, exclude, f"{what} on {', '.join(f.hosts)}", drain=drain)
+    return _advice(AdviceAction.RESTART, restart, f"{what} without an implicated host; restarting as is")
+
+
+# --------------------------------------------------------------------------- rules, in precedence order
+
+_Outcome = Advice | None
+
+
+def _do_not_restart_exit_code(f: _Facts) -> _Outcome:
+    code = f.config.do_not_restart_exit_code
+    if f.job.exit_code != code:
+        return None
+    return _advice(
+        AdviceAction.STOP,
+        Rule.DO_NOT_RESTART_EXIT_CODE,
+        f"the job exited with code {code}, its own request not to be restarted",
+    )
+
+
+def _nothing_wrong(f: _Facts) -> _Outcome:
+    if f.category != Category.NONE:
+        return None
+    return _advice(AdviceAction.NOTHING, Rule.NOTHING_WRONG, "no failure found")
+
+
+def _preempted(f: _Facts) -> _Outcome:
+    if f.category != Category.PREEMPTED:
+        return None
+    return _advice(
+        AdviceAction.LEAVE_TO_SLURM,
+        Rule.PREEMPTED_LEAVE_TO_SLURM,
+        "preempted by the scheduler, which requeues or ends the job by its own policy",
+    )
+
+
+def _systemic_hold(f: _Facts) -> _Outcome:
+    if f.systemic is None or f.category not in SHARED_INFRA_CATEGORIES:
+        return None
+    jobs = sorted({*f.systemic.job_ids, f.job.job_id})
+    if len(jobs) < f.config.systemic_jobs:
+        return None
+    hosts = ", ".join(f.systemic.hosts) or "no common host named"
+    return _advice(
+        AdviceAction.HOLD,
+        Rule.SYSTEMIC_HOLD,
+        f"{len(jobs)} jobs failed on shared infrastructure within {f.config.systemic_window_s:g} s "
+        f"(hosts: {hosts}); holding instead of spending retries, an operator should look",
+    )
+
+
+def _attempt_budget(f: _Facts) -> _Outcome:
+    if f.attempts_in_window < f.max_attempts:
+        return None
+    return _advice(
+        AdviceAction.STOP,
+        Rule.ATTEMPT_BUDGET,
+        f"attempt {f.attempts_in_window} within {f.config.attempts_window_s:g} s failed; "
+        f"the budget is {f.max_attempts} attempts",
+    )
+
+
+def _no_checkpoint_progress(f: _Facts) -> _Outcome:
+    needed = f.config.no_checkpoint_attempts
+    if not f.checkpoints_tracked or f.attempts_without_checkpoint < needed:
+        return None
+    return _advice(
+        AdviceAction.STOP,
+        Rule.NO_CHECKPOINT_PROGRESS,
+        f"{f.attempts_without_checkpoint} attempts in a row saved no new checkpoint "
+        f"(limit {needed}); more retries would not make progress",
+    )
+
+
+def _hardware(f: _Facts) -> _Outcome:
+    if f.category not in HARDWARE_CATEGORIES:
+        return None
+    return _hosts_or_restart(
+        f, Rule.HARDWARE_EXCLUDE, Rule.HARDWARE_RESTART, f"{f.category} fault", drain=f.config.drain_nodes
+    )
+
+
+def _time_limit(f: _Facts) -> _Outcome:
+    if f.category != Category.TIME_LIMIT:
+        return None
+    if f.new_checkpoint:
+        return _advice(
+            AdviceAction.RESTART,
+            Rule.TIME_LIMIT_CHECKPOINT,
+            f"time limit reached after saving checkpoint {f.history.last_checkpoint_iteration}; resuming from it",
+        )
+    return _advice(
+        AdviceAction.STOP,
+        Rule.TIME_LIMIT_NO_CHECKPOINT,
+        "time limit reached without a new checkpoint; a restart would repeat the same work",
+    )
+
+
+def _oom(f: _Facts) -> _Outcome:
+    if f.category not in OOM_CATEGORIES:
+        return None
+    seen = f.history.category_count(*OOM_CATEGORIES) + 1
+    if seen >= f.config.oom_stop_after:
+        return _advice(
+            AdviceAction.STOP,
+            Rule.OOM_REPEAT,
+            f"out of memory ({f.category}) for the {_ordinal(seen)} time; the job needs a smaller footprint",
+        )
+    return _advice(AdviceAction.RESTART, Rule.OOM_RESTART, f"out of memory ({f.category}) once; restarting")
+
+
+def _data_io(f: _Facts) -> _Outcome:
+    if f.category != Category.DATA_IO:
+        return None
+    if f.history.category_count(Category.DATA_IO):
+        return _advice(AdviceAction.STOP, Rule.DATA_IO_REPEAT, "data I/O failed again after a restart")
+    return _advice(AdviceAction.RESTART, Rule.DATA_IO_RESTART, "data I/O failed; restarting once")
+
+
+def _same_error(f: _Facts) -> _Outcome:
+    signature = f.verdict.deterministic_signature
+    if signature is None:
+        return None
+    seen = f.history.signature_count(signature) + 1
+    if seen < f.config.same_error_stop_after:
+        return None
+    return _advice(
+        AdviceAction.STOP,
+        Rule.SAME_APP_ERROR_TWICE,
+        f"the same deterministic error ({signature}) for the {_ordinal(seen)} time; a restart would fail again",
+    )
+
+
+def _app_error_unsigned(f: _Facts) -> _Outcome:
+    previous = f.history.previous
+    if (
+        f.category != Category.APP_ERROR
+        or f.verdict.deterministic_signature is not None
+        or previous is None
+        or previous.category != Category.APP_ERROR
+        or previous.signature is not None
+    ):
+        return None
+    return _advice(
+        AdviceAction.STOP,
+        Rule.APP_ERROR_REPEAT_UNSIGNED,
+        "an application error ended two attempts in a row and nothing shows they differ",
+    )
+
+
+def _nccl_attributed(f: _Facts) -> _Outcome:
+    if f.category not in NCCL_CATEGORIES or not f.hosts:
+        return None
+    return _restart_isolating(f, Rule.NCCL_EXCLUDE, f"{f.category} attributed to {', '.join(f.hosts)}")
+
+
+def _nccl_transient(f: _Facts) -> _Outcome:
+    if f.category not in NCCL_CATEGORIES:
+        return None
+    before = f.history.category_count(*NCCL_CATEGORIES, unattributed_only=True)
+    limit = f.config.transient_restart_limit
+    if before >= limit:
+        return _advice(
+            AdviceAction.STOP,
+            Rule.TRANSIENT_LIMIT,
+            f"{before + 1} NCCL failures without an implicated host (limit {limit} restarts)",
+        )
+    return _advice(
+        AdviceAction.RESTART,
+        Rule.TRANSIENT_NCCL_RESTART,
+        f"{f.category} without an implicated host, taken as transient ({before + 1} of {limit} restarts)",
+    )
+
+
+def _hang(f: _Facts) -> _Outcome:
+    if f.category != Category.HANG:
+        return None
+    return _hosts_or_restart(f, Rule.HANG_EXCLUDE, Rule.HANG_RESTART, "training hung")
+
+
+def _cuda_error(f: _Facts) -> _Outcome:
+    if f.category != Category.CUDA_ERROR:
+        return None
+    return _hosts_or_restart(f, Rule.CUDA_ERROR_EXCLUDE, Rule.CUDA_ERROR_RESTART, "CUDA error")
+
+
+def _app_error(f: _Facts) -> _Outcome:
+    if f.category != Category.APP_ERROR:
+        return None
+    return _advice(
+        AdviceAction.RESTART, Rule.APP_ERROR_RESTART, "application error, first of its kind; restarting once"
+    )
+
+
+def _unknown_cause(f: _Facts) -> _Outcome:
+    return _advice(
+        AdviceAction.RESTART,
+        Rule.UNKNOWN_CAUSE_RESTART,
+        f"no specific rule for {f.category}; restarting without excluding any node",
+    )
+
+
+_RULES: tuple[Callable[[_Facts], _Outcome], ...] = (
+    _do_not_restart_exit_code,
+    _nothing_wrong,
+    _preempted,
+    _systemic_hold,
+    _attempt_budget,
+    _no_checkpoint_progress,
+    _hardware,
+    _time_limit,
+    _oom,
+    _data_io,
+    _same_error,
+    _app_error_unsigned,
+    _nccl_attributed,
+    _nccl_transient,
+    _hang,
+    _cuda_error,
+    _app_error,
+    _unknown_cause,
+)
+
+
+def decide(
+    verdict: Verdict,
+    job: JobInfo,
+    history: JobHistory,
+    config: PolicyConfig,
+    *,
+    now: datetime,
+    systemic: SystemicView | None = None,
+    max_attempts_override: int | None = None,
+) -> Advice:
+    """Advise what to do about the failure `verdict` describes, by the first rule that applies.
+
+    Args:
+        verdict: attribution of the incident that ended `history.current`.
+        job: the job as the scheduler shows it now (exit code, opt-in).
+        history: the job's history before this incident is recorded.
+        config: the cluster's policy knobs.
+        now: workflow time, for the attempt window.
+        systemic: recent shared-infrastructure failures across the cluster;
+            None when unknown (the systemic rule then never fires).
+        max_attempts_override: an attempt budget that beats the job's opt-in
+            and the config.
+
+    Returns:
+        The advice, with the rule that fired and a reason an operator can read.
+    """
+    facts = _facts(
+        verdict, job, history, config, now=now, systemic=systemic, max_attempts_override=max_attempts_override
+    )
+    for rule in _RULES:
+        advice = rule(facts)
+        if advice is not None:
+            return advice
+    raise AssertionError("unreachable: the last rule always advises")
+
+
+def is_restart(action: AdviceAction) -> bool:
+    """True for the advice actions that release the job for another attempt."""
+    return action in _RESTARTS
+
+
+def _ordinal(n: int) -> str:
+    if 10 <= n % 100 <= 20:
+        suffix = "th"
+    else:
+        suffix = {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
