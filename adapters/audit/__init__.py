@@ -1,0 +1,26 @@
+"""The audit trail store: SQLite (embedded default) or MySQL/MariaDB through PyMySQL.
+
+Build it from settings with `build_audit_store(settings)`; async code uses
+`AsyncAuditStore` (every call runs in a thread).
+"""
+
+from adapters.audit.errors import AuditStoreRejected, AuditStoreUnavailable
+from adapters.audit.factory import build_async_audit_store, build_audit_store
+from adapters.audit.migrations import LATEST_VERSION
+from adapters.audit.port import AuditLog
+from adapters.audit.store import DEFAULT_LIMIT, AsyncAuditStore, AuditRecord, AuditStore
+from adapters.errors import AuditStoreError
+
+__all__ = [
+    "DEFAULT_LIMIT",
+    "LATEST_VERSION",
+    "AsyncAuditStore",
+    "AuditLog",
+    "AuditRecord",
+    "AuditStore",
+    "AuditStoreError",
+    "AuditStoreRejected",
+    "AuditStoreUnavailable",
+    "build_async_audit_store",
+    "build_audit_store",
+]

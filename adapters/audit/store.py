@@ -1,0 +1,322 @@
+"""The audit store: exactly-once writes and filtered reads of `AuditEntry`s.
+
+`AuditStore` is synchronous (SQLAlchemy + sqlite3/PyMySQL block). Async code —
+activities, the worker — uses `AsyncAuditStore`, which runs every call in a
+thread with `asyncio.to_thread`; never call `AuditStore` directly on an event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+import sqlalchemy.exc as sa_exc
+from loguru import logger
+
+from adapters.audit import migrations
+from adapters.audit.engine import SQLITE_BEGIN, family, make_engine, parse_url, sqlite_path
+from adapters.audit.errors import AuditStoreRejected, translate, where
+from adapters.audit.rows import compact_key, entry_to_row, from_db_time, row_to_entry, to_db_time
+from adapters.audit.tables import audit_table
+from workflows.contracts import AuditEntry, EventType
+
+DEFAULT_LIMIT = 10_000
+# bound on the number of bound parameters in one `IN (...)` (SQLite allows 32766, MySQL more)
+_KEY_CHUNK = 500
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """An entry as stored: its row id and when the store wrote it (None for rows older than migration 2)."""
+
+    id: int
+    entry: AuditEntry
+    recorded_at: datetime | None
+
+
+class AuditStore:
+    """The audit trail in SQLite or MySQL/MariaDB.
+
+    The schema is brought up to date on first use (or explicitly with
+    `migrate()`). Every database error leaves as an `AuditStoreError`:
+    `AuditStoreUnavailable` (retryable) or `AuditStoreRejected` (not).
+
+    Args:
+        url: SQLAlchemy URL: `sqlite:///PATH` (the parent directory is created)
+            or `mysql+pymysql://USER:PASSWORD@HOST:PORT/DATABASE`.
+    """
+
+    def __init__(self, url: str) -> None:
+        self._url = parse_url(url)
+        path = sqlite_path(self._url)
+        if path is not None:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise AuditStoreRejected(
+                    f"cannot create the directory {path.parent} for the audit store ({exc}); set data_dir "
+                    "(JOBMEDIC_DATA_DIR) to a writable directory or audit.url to another database"
+                ) from exc
+        self._engine = make_engine(self._url)
+        # SQLite: take the write lock before reading, so read-then-write never hits a stale snapshot
+        self._write_engine = (
+            self._engine.execution_options(**{SQLITE_BEGIN: "BEGIN IMMEDIATE"})
+            if family(self._url) == "sqlite"
+            else self._engine
+        )
+        self._table = audit_table()
+        self._schema_ready = False
+        self._schema_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def where(self) -> str:
+        """Where the store is (host:port/database or file), without credentials."""
+        return where(self._url)
+
+    @property
+    def dialect(self) -> str:
+        """'sqlite' or 'mysql'."""
+        return family(self._url)
+
+    def migrate(self, *, target: int | None = None) -> int:
+        """Apply missing schema migrations (up to `target`, default all); returns the schema version."""
+        with self._errors("migrating the schema"):
+            version = migrations.migrate(self._engine, target=target)
+        if target is None or target >= migrations.LATEST_VERSION:
+            self._schema_ready = True
+        return version
+
+    def schema_version(self) -> int:
+        """The schema version of the database (0 when empty)."""
+        with self._errors("reading the schema version"):
+            return migrations.current_version(self._engine)
+
+    def close(self) -> None:
+        """Close every pooled connection; the store can still be used afterwards (it reconnects)."""
+        self._engine.dispose()
+
+    def __enter__(self) -> AuditStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ writes
+
+    def record(self, entry: AuditEntry) -> bool:
+        """Write `entry` unless an entry with its idempotency key is already stored.
+
+        Returns True when this call wrote it, False when it was there already
+        (an activity retried after a commit whose acknowledgement was lost).
+        """
+        self._ensure_schema()
+        row = entry_to_row(entry, recorded_at=datetime.now(UTC))
+        with self._errors("recording an audit entry"):
+            try:
+                with self._engine.begin() as conn:
+                    conn.execute(self._table.insert(), row)
+            except sa_exc.IntegrityError:
+                # a plain INSERT against the unique key: the only integrity error expected is the key itself
+                if self._already_there(row):
+                    return False
+                raise
+            return True
+
+    def record_many(self, entries: Iterable[AuditEntry]) -> list[bool]:
+        """Write several entries in one transaction; per entry, True when written now.
+
+        A key that appears twice in `entries` is written once (the first occurrence).
+        """
+        entries = list(entries)
+        if not entries:
+            return []
+        self._ensure_schema()
+        now = datetime.now(UTC)
+        rows = [entry_to_row(e, recorded_at=now) for e in entries]
+        with self._errors("recording audit entries"):
+            try:
+                with self._write_engine.begin() as conn:
+                    stored = self._stored_keys(conn, [r["idempotency_key"] for r in rows])
+                    written: list[bool] = []
+                    fresh: list[dict[str, Any]] = []
+                    for row in rows:
+                        key = row["idempotency_key"]
+                        new = key not in stored
+                        written.append(new)
+                        if new:
+                            stored.add(key)
+                            fresh.append(row)
+                    if fresh:
+                        conn.execute(self._table.insert(), fresh)
+                return written
+            except sa_exc.IntegrityError:
+                # another writer stored some of these keys between our check and our insert
+                logger.debug("audit batch raced another writer; writing its {} entries one by one", len(entries))
+        return [self.record(e) for e in entries]
+
+    def _stored_keys(self, conn: sa.Connection, keys: Sequence[str]) -> set[str]:
+        column = self._table.c.idempotency_key
+        found: set[str] = set()
+        unique = list(dict.fromkeys(keys))
+        for start in range(0, len(unique), _KEY_CHUNK):
+            chunk = unique[start : start + _KEY_CHUNK]
+            found.update(conn.execute(sa.select(column).where(column.in_(chunk))).scalars())
+        return found
+
+    def _already_there(self, row: dict[str, Any]) -> bool:
+        t = self._table
+        with self._engine.connect() as conn:
+            stored = conn.execute(
+                sa.select(t.c.cluster, t.c.job_id, t.c.event_type).where(t.c.idempotency_key == row["idempotency_key"])
+            ).first()
+        if stored is None:
+            return False
+        if tuple(stored) != (row["cluster"], row["job_id"], row["event_type"]):
+            # the caller built the same key for a different event: a bug upstream, worth a loud note
+            logger.warning(
+                "audit key {!r} already names {} {} {}; the new {} entry for job {} was not written",
+                row["idempotency_key"], *stored, row["event_type"], row["job_id"],
+            )
+        return True
+
+    # ------------------------------------------------------------------ reads
+
+    def query(
+        self,
+        *,
+        cluster: str | None = None,
+        job_id: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        event_types: Iterable[EventType | str] | None = None,
+        limit: int | None = DEFAULT_LIMIT,
+        latest: bool = False,
+    ) -> list[AuditEntry]:
+        """Entries matching every filter given, oldest first (by timestamp, then write order).
+
+        Args:
+            since: entries at or after this time (naive means UTC).
+            until: entries before this time (naive means UTC).
+            limit: at most this many entries (None: all).
+            latest: with a limit, the newest `limit` entries (still returned oldest first)
+                instead of the oldest.
+        """
+        records = self.query_records(
+            cluster=cluster, job_id=job_id, since=since, until=until,
+            event_types=event_types, limit=limit, latest=latest,
+        )
+        return [r.entry for r in records]
+
+    def query_records(
+        self,
+        *,
+        cluster: str | None = None,
+        job_id: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        event_types: Iterable[EventType | str] | None = None,
+        limit: int | None = DEFAULT_LIMIT,
+        latest: bool = False,
+    ) -> list[AuditRecord]:
+        """Like `query`, with each entry's row id and write time."""
+        self._ensure_schema()
+        t = self._table
+        stmt = sa.select(t)
+        if cluster is not None:
+            stmt = stmt.where(t.c.cluster == cluster)
+        if job_id is not None:
+            stmt = stmt.where(t.c.job_id == job_id)
+        if since is not None:
+            stmt = stmt.where(t.c.timestamp >= to_db_time(since))
+        if until is not None:
+            stmt = stmt.where(t.c.timestamp < to_db_time(until))
+        if event_types is not None:
+            stmt = stmt.where(t.c.event_type.in_([str(e) for e in event_types]))
+        if latest:
+            stmt = stmt.order_by(t.c.timestamp.desc(), t.c.id.desc())
+        else:
+            stmt = stmt.order_by(t.c.timestamp, t.c.id)
+        if limit is not None:
+            stmt = stmt.limit(max(0, limit))
+        with self._errors("reading the audit trail"):
+            with self._engine.connect() as conn:
+                rows = [r._mapping for r in conn.execute(stmt)]
+        if latest:
+            rows.reverse()
+        return [self._to_record(r) for r in rows]
+
+    def get(self, idempotency_key: str) -> AuditEntry | None:
+        """The entry stored under `idempotency_key`, if any."""
+        self._ensure_schema()
+        t = self._table
+        with self._errors("reading an audit entry"):
+            with self._engine.connect() as conn:
+                row = conn.execute(sa.select(t).where(t.c.idempotency_key == compact_key(idempotency_key))).first()
+        return None if row is None else self._to_record(row._mapping).entry
+
+    def _to_record(self, row: Any) -> AuditRecord:
+        try:
+            entry = row_to_entry(row)
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError
+            raise AuditStoreRejected(
+                f"audit store {self.where}: row {row['id']} cannot be read by this jobmedic ({exc}); "
+                "it was probably written by a newer version: upgrade jobmedic"
+            ) from exc
+        return AuditRecord(id=int(row["id"]), entry=entry, recorded_at=from_db_time(row["recorded_at"]))
+
+    # ------------------------------------------------------------------ helpers
+
+    def _ensure_schema(self) -> None:
+        if self._schema_ready:
+            return
+        with self._schema_lock:
+            if not self._schema_ready:
+                self.migrate()
+
+    @contextmanager
+    def _errors(self, doing: str) -> Iterator[None]:
+        try:
+            yield
+        except sa_exc.SQLAlchemyError as exc:
+            raise translate(exc, url=self._url, doing=doing) from exc
+
+
+class AsyncAuditStore:
+    """`AuditStore` for async code: every call runs in a worker thread (`asyncio.to_thread`)."""
+
+    def __init__(self, store: AuditStore) -> None:
+        self.store = store
+
+    @property
+    def where(self) -> str:
+        return self.store.where
+
+    async def migrate(self, *, target: int | None = None) -> int:
+        return await asyncio.to_thread(self.store.migrate, target=target)
+
+    async def record(self, entry: AuditEntry) -> bool:
+        return await asyncio.to_thread(self.store.record, entry)
+
+    async def record_many(self, entries: Iterable[AuditEntry]) -> list[bool]:
+        return await asyncio.to_thread(self.store.record_many, list(entries))
+
+    async def query(self, **filters: Any) -> list[AuditEntry]:
+        """Same keyword filters as `AuditStore.query`."""
+        return await asyncio.to_thread(lambda: self.store.query(**filters))
+
+    async def query_records(self, **filters: Any) -> list[AuditRecord]:
+        return await asyncio.to_thread(lambda: self.store.query_records(**filters))
+
+    async def get(self, idempotency_key: str) -> AuditEntry | None:
+        return await asyncio.to_thread(self.store.get, idempotency_key)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.store.close)
