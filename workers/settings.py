@@ -96,7 +96,8 @@ class AttributionSettings(Section):
 
 
 class WatchdogSettings(Section):
-    mode: Mode = Mode.OBSERVE
+    # fail open (release the job) when a decision or action overruns; observe only audits it
+    mode: Mode = Mode.ACTION
     decision_deadline_s: float = 120.0
     action_deadline_s: float = 120.0
 
@@ -145,10 +146,16 @@ class ClusterSettings(Section):
         return f"jobmedic-slurm-{self.name}"
 
     def may_act(self, job_environment: str, job_mode: Mode) -> bool:
-        """True only when every one of the four action conditions holds."""
+        """True only when every action condition holds at once.
+
+        The cluster is in action mode and acknowledges scheduler actions, the
+        cluster's environment and the job's own environment both match
+        `environment_pattern`, and the job's opt-in says `"mode": "action"`.
+        """
         return (
             self.mode is Mode.ACTION
             and self.acknowledge_scheduler_actions
+            and re.fullmatch(self.environment_pattern, self.environment) is not None
             and re.fullmatch(self.environment_pattern, job_environment or "") is not None
             and job_mode is Mode.ACTION
         )

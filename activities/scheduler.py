@@ -1,0 +1,170 @@
+"""Scheduler-facing activities, served on one task queue per cluster (`jobmedic-slurm-<cluster>`).
+
+A worker serving that queue runs next to `scontrol` (in-cluster mode) or
+anywhere with SSH access (SSH mode). Every action is idempotent: the Slurm
+adapter reads the current state first and does nothing when the effect is
+already there, so a retried or replayed activity never applies twice.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Protocol
+
+from loguru import logger
+from temporalio import activity
+
+from activities.errors import activity_errors
+from adapters.errors import JobmedicError, LogSourceError, MetricsError
+from workflows.contracts import ActionResult, EvidenceLine, JobEvidence, JobInfo, JobKey, LogCursor, NodeInfo
+from workflows.messages import (
+    ActivityNames,
+    CollectEvidenceInput,
+    CollectEvidenceOutput,
+    JobActionInput,
+)
+
+LOG_WINDOW_BYTES = 2 * 1024 * 1024
+
+
+class SlurmPort(Protocol):
+    async def get_job(self, job_id: str) -> JobInfo: ...
+    async def list_nodes(self) -> list[NodeInfo]: ...
+    async def requeue_hold(self, key: JobKey, *, expected_restarts: int | None = None) -> ActionResult: ...
+    async def set_excluded_nodes(self, key: JobKey, nodes: list[str]) -> ActionResult: ...
+    async def release(self, key: JobKey, *, start_now: bool = True) -> ActionResult: ...
+    async def cancel(self, key: JobKey) -> ActionResult: ...
+    async def drain_node(self, node: str, reason: str) -> ActionResult: ...
+
+
+class LogTailPort(Protocol):
+    async def tail_window(self, cursor_or_path: LogCursor | str, *, max_lines: int, max_bytes: int) -> list[str]: ...
+
+
+class GpuHealthPort(Protocol):
+    async def gpu_health(self, hosts: list[str], *, start: datetime, end: datetime) -> dict: ...
+
+
+class SchedulerActivities:
+    """Activities that read from and act on one cluster's scheduler."""
+
+    def __init__(self, *, slurm: SlurmPort, logs: LogTailPort, metrics: GpuHealthPort | None = None) -> None:
+        self._slurm = slurm
+        self._logs = logs
+        self._metrics = metrics
+
+    @activity.defn(name=ActivityNames.READ_JOB)
+    async def read_job(self, key: JobKey) -> JobInfo:
+        with activity_errors():
+            return await self._checked_job(key)
+
+    @activity.defn(name=ActivityNames.COLLECT_EVIDENCE)
+    async def collect_evidence(self, inp: CollectEvidenceInput) -> CollectEvidenceOutput:
+        """Gather the evidence of one incident; in action mode hold a failed job first.
+
+        The log window is read before the hold: a requeue truncates the job's
+        output file unless the job writes in append mode.
+        """
+        with activity_errors():
+            job = await self._checked_job(inp.key)
+            log_lines = await self._log_window(job, inp.log_window_lines)
+            hold: ActionResult | None = None
+            hold_error: str | None = None
+            if inp.hold_first:
+                try:
+                    hold = await self._slurm.requeue_hold(inp.key, expected_restarts=inp.expected_restarts)
+                    if hold.job is not None:
+                        job = hold.job
+                except JobmedicError as exc:
+                    # evidence still matters; the decision goes on without the hold
+                    hold_error = f"{type(exc).__name__}: {exc}"
+                    logger.warning("job {} could not be held: {}", inp.key.job_id, exc)
+            nodes = await self._node_states(job)
+            metric_facts = await self._metric_facts(job)
+            evidence = JobEvidence(
+                job=job,
+                log_lines=log_lines,
+                nodes=nodes,
+                metric_facts=[*inp.hits, *metric_facts],
+                progress=inp.progress,
+                hang_suspected=inp.hang_suspected,
+                seconds_since_progress=inp.seconds_since_progress,
+                straggler_hosts=inp.straggler_hosts,
+                node_failure_counts=inp.node_failure_counts,
+                collected_at=datetime.now(timezone.utc),
+            )
+            return CollectEvidenceOutput(evidence=evidence, hold=hold, hold_error=hold_error)
+
+    @activity.defn(name=ActivityNames.REQUEUE_HOLD)
+    async def requeue_hold(self, inp: JobActionInput) -> ActionResult:
+        with activity_errors():
+            return await self._slurm.requeue_hold(inp.key, expected_restarts=inp.expected_restarts)
+
+    @activity.defn(name=ActivityNames.EXCLUDE_NODES)
+    async def exclude_nodes(self, inp: JobActionInput) -> ActionResult:
+        with activity_errors():
+            return await self._slurm.set_excluded_nodes(inp.key, list(inp.nodes))
+
+    @activity.defn(name=ActivityNames.RELEASE)
+    async def release_job(self, inp: JobActionInput) -> ActionResult:
+        with activity_errors():
+            return await self._slurm.release(inp.key)
+
+    @activity.defn(name=ActivityNames.CANCEL)
+    async def cancel_job(self, inp: JobActionInput) -> ActionResult:
+        with activity_errors():
+            return await self._slurm.cancel(inp.key)
+
+    @activity.defn(name=ActivityNames.DRAIN_NODES)
+    async def drain_nodes(self, inp: JobActionInput) -> ActionResult:
+        """Drain each node; the last result is returned (each drain is idempotent on its own)."""
+        with activity_errors():
+            result: ActionResult | None = None
+            changed = False
+            for node in inp.nodes:
+                result = await self._slurm.drain_node(node, inp.reason or f"job {inp.key.job_id}")
+                changed = changed or result.changed
+            if result is None:
+                raise ValueError("drain_nodes needs at least one node")
+            return result.model_copy(update={"changed": changed})
+
+    # ------------------------------------------------------------------ helpers
+
+    async def _checked_job(self, key: JobKey) -> JobInfo:
+        job = await self._slurm.get_job(key.job_id)
+        job.cluster = key.cluster
+        return job
+
+    async def _log_window(self, job: JobInfo, max_lines: int) -> list[str]:
+        paths = [p for p in dict.fromkeys([job.stdout_path, job.stderr_path]) if p]
+        lines: list[str] = []
+        for path in paths:
+            try:
+                lines.extend(await self._logs.tail_window(path, max_lines=max_lines, max_bytes=LOG_WINDOW_BYTES))
+            except LogSourceError as exc:
+                logger.warning("log {} of job {} unreadable: {}", path, job.job_id, exc)
+        return lines[-max_lines * 2 :]
+
+    async def _node_states(self, job: JobInfo) -> list[NodeInfo]:
+        nodes = await self._slurm.list_nodes()
+        mine = set(job.nodes) | set(job.excluded_nodes)
+        # the job's own nodes, and every unhealthy node (cluster-wide context)
+        return [n for n in nodes if n.name in mine or n.unhealthy]
+
+    async def _metric_facts(self, job: JobInfo) -> list[EvidenceLine]:
+        if self._metrics is None or not job.nodes:
+            return []
+        end = job.end_time or datetime.now(timezone.utc)
+        if end.tzinfo is None:
+            end = end.replace(tzinfo=timezone.utc)
+        start = (job.start_time.replace(tzinfo=timezone.utc) if job.start_time and job.start_time.tzinfo is None
+                 else job.start_time) or end - timedelta(hours=1)
+        try:
+            health = await self._metrics.gpu_health(job.nodes, start=start, end=end + timedelta(minutes=1))
+        except MetricsError as exc:
+            logger.warning("GPU metrics unavailable for job {}: {}", job.job_id, exc)
+            return []
+        facts: list[EvidenceLine] = []
+        for item in health.values():
+            facts.extend(item.facts())
+        return facts

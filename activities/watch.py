@@ -1,0 +1,354 @@
+"""The cluster watch activity: one batched scheduler query per interval for every opted-in job.
+
+It reads each running job's logs incrementally, screens the new lines, tracks
+progress for hang detection, and signals a job's recovery workflow only when
+something changed (signal-with-start, so the first signal starts it). Its state
+(cursors, last states) is recorded as heartbeat details: a replacement worker
+resumes from there, and job workflows ignore what they have already seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Protocol
+
+from loguru import logger
+from pydantic import BaseModel, Field
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from adapters.errors import JobmedicError, LogSourceError
+from activities.screening import LogScreen
+from workflows.contracts import (
+    AuditEntry,
+    EventType,
+    EvidenceLine,
+    JobInfo,
+    JobState,
+    LogCursor,
+    Progress,
+)
+from workflows.messages import (
+    ActivityNames,
+    JobObservation,
+    JobRecoveryInput,
+    ObservationReason,
+    SignalNames,
+    WatchInput,
+)
+
+MAX_READS_PER_POLL = 8  # bounded catch-up per job per poll; the rest waits for the next poll
+
+
+class JobListing(Protocol):
+    async def list_jobs(self, *, opted_in_only: bool = True) -> list[JobInfo]: ...
+
+
+class LogReader(Protocol):
+    async def read(self, cursor: LogCursor, *, max_bytes: int | None = None): ...
+
+
+class AuditSink(Protocol):
+    def record(self, entry: AuditEntry) -> bool: ...
+
+
+class WatchedJob(BaseModel):
+    """What the watch remembers of one job between polls."""
+
+    workflow_id: str
+    job_id: str
+    state: str = ""
+    restarts: int = 0
+    cursors: dict[str, LogCursor] = Field(default_factory=dict)
+    progress: Progress | None = None
+    progress_at: datetime | None = None
+    progress_times: list[float] = Field(default_factory=list)  # epoch seconds of recent progress lines
+    progress_reported_restarts: int = -1
+    checkpoint_reported: int | None = None
+    hang_reported: bool = False
+    closed: bool = False
+    last_seen: datetime | None = None
+
+
+class WatchState(BaseModel):
+    jobs: dict[str, WatchedJob] = Field(default_factory=dict)
+    invalid_reported: list[str] = Field(default_factory=list)
+    failures: list[tuple[str, float, list[str]]] = Field(default_factory=list)  # (job id, epoch s, nodes)
+    polls: int = 0
+
+
+class WatchContext(BaseModel):
+    """Per-cluster facts the watch needs to start a job workflow."""
+
+    model_config = {"arbitrary_types_allowed": True}
+
+    cluster: str
+    environment: str
+    main_queue: str
+    scheduler_queue: str
+    recovery_input: Callable[[JobInfo], JobRecoveryInput]
+    hang_bound_s: Callable[[list[float]], float]
+    systemic_window_s: float = 300.0
+
+
+class WatchActivities:
+    def __init__(
+        self,
+        *,
+        context: WatchContext,
+        slurm: JobListing,
+        logs: LogReader,
+        screen: LogScreen,
+        client: Client,
+        audit: AuditSink,
+        clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+    ) -> None:
+        self._ctx = context
+        self._slurm = slurm
+        self._logs = logs
+        self._screen = screen
+        self._client = client
+        self._audit = audit
+        self._clock = clock
+
+    @activity.defn(name=ActivityNames.WATCH_CLUSTER)
+    async def watch_cluster(self, inp: WatchInput) -> None:
+        """Poll until cancelled; each poll heartbeats the state so a new worker resumes from it."""
+        details = activity.info().heartbeat_details
+        state = WatchState.model_validate(details[0]) if details else WatchState()
+        if details:
+            logger.info("watch of {} resumes with {} known jobs", inp.cluster, len(state.jobs))
+        while True:
+            try:
+                await self.poll_once(state)
+            except JobmedicError as exc:
+                logger.warning("poll of cluster {} failed: {} (retrying next interval)", inp.cluster, exc)
+            activity.heartbeat(state.model_dump(mode="json"))
+            await asyncio.sleep(inp.poll_interval_s)
+
+    async def poll_once(self, state: WatchState) -> list[JobObservation]:
+        """One pass over every opted-in job; returns the observations it signalled."""
+        now = self._clock()
+        jobs = await self._slurm.list_jobs(opted_in_only=True)
+        state.polls += 1
+        sent: list[JobObservation] = []
+        listed: set[str] = set()
+        self._remember_failures(state, jobs, now)
+        for job in jobs:
+            job.cluster = self._ctx.cluster
+            if job.opt_in.invalid:
+                self._report_invalid(state, job, now)
+                continue
+            wid = job.key.workflow_id
+            listed.add(wid)
+            watched = state.jobs.get(wid)
+            first = watched is None
+            if watched is None:
+                watched = WatchedJob(workflow_id=wid, job_id=job.job_id)
+                state.jobs[wid] = watched
+            if watched.closed:
+                continue
+            obs = await self._observe(state, watched, job, now, first=first)
+            if obs is not None and await self._signal(watched, job, obs):
+                sent.append(obs)
+        for wid in [w for w in state.jobs if w not in listed]:
+            watched = state.jobs.pop(wid)
+            if not watched.closed and watched.last_seen is not None:
+                gone = JobObservation(
+                    seq=_seq(now), at=now, reasons=[ObservationReason.GONE],
+                    job=JobInfo(job_id=watched.job_id, cluster=self._ctx.cluster, state=JobState.UNKNOWN),
+                )
+                await self._signal_existing(watched, gone)
+        return sent
+
+    # ------------------------------------------------------------------ one job
+
+    async def _observe(
+        self, state: WatchState, watched: WatchedJob, job: JobInfo, now: datetime, *, first: bool
+    ) -> JobObservation | None:
+        reasons: list[ObservationReason] = []
+        if first:
+            reasons.append(ObservationReason.FIRST_SEEN)
+        elif watched.state != job.state.value:
+            reasons.append(ObservationReason.STATE_CHANGE)
+        if not first and job.restarts != watched.restarts:
+            reasons.append(ObservationReason.RESTART_CHANGE)
+            watched.hang_reported = False
+            watched.progress_times = []
+        watched.state = job.state.value
+        watched.restarts = job.restarts
+        watched.last_seen = now
+
+        hits: list[EvidenceLine] = []
+        if job.state in {JobState.RUNNING, JobState.COMPLETING} or reasons:
+            hits = await self._read_logs(watched, job, now)
+        if hits:
+            reasons.append(ObservationReason.FAILURE_PATTERN)
+        if (
+            watched.progress is not None
+            and job.state is JobState.RUNNING
+            and watched.progress_reported_restarts != job.restarts
+            and watched.progress_at is not None
+            and job.start_time is not None
+            and watched.progress_at >= _utc(job.start_time)
+        ):
+            watched.progress_reported_restarts = job.restarts
+            reasons.append(ObservationReason.PROGRESS)
+        ckpt = watched.progress.checkpoint_iteration if watched.progress else None
+        if ckpt is not None and ckpt != watched.checkpoint_reported:
+            watched.checkpoint_reported = ckpt
+            reasons.append(ObservationReason.CHECKPOINT)
+
+        seconds_since = None
+        hang = False
+        if job.state is JobState.RUNNING:
+            since_ref = watched.progress_at or (_utc(job.start_time) if job.start_time else None)
+            if since_ref is not None:
+                seconds_since = (now - since_ref).total_seconds()
+                bound = self._ctx.hang_bound_s(_intervals(watched.progress_times))
+                hang = seconds_since > bound
+                if hang and not watched.hang_reported:
+                    watched.hang_reported = True
+                    reasons.append(ObservationReason.HANG)
+                elif not hang:
+                    watched.hang_reported = False
+        if not reasons:
+            return None
+        return JobObservation(
+            seq=_seq(now),
+            at=now,
+            job=job,
+            reasons=reasons,
+            hits=hits,
+            progress=watched.progress,
+            progress_at=watched.progress_at,
+            hang_suspected=hang,
+            seconds_since_progress=seconds_since,
+            node_failure_counts=self._node_failure_counts(state, job, now),
+            systemic_failing_jobs=self._failing_jobs(state, now),
+        )
+
+    async def _read_logs(self, watched: WatchedJob, job: JobInfo, now: datetime) -> list[EvidenceLine]:
+        hits: list[EvidenceLine] = []
+        for path in [p for p in dict.fromkeys([job.stdout_path, job.stderr_path]) if p]:
+            cursor = watched.cursors.get(path) or LogCursor(path=path)
+            for _ in range(MAX_READS_PER_POLL):
+                try:
+                    chunk = await self._logs.read(cursor)
+                except LogSourceError as exc:
+                    logger.debug("log {} of job {} not readable yet: {}", path, job.job_id, exc)
+                    break
+                if chunk.missing:
+                    break
+                cursor = chunk.cursor
+                if chunk.lines:
+                    outcome = self._screen.screen(chunk.lines, first_line_no=chunk.first_line_no)
+                    hits.extend(outcome.hits)
+                    if outcome.progress is not None:
+                        watched.progress = _merge_progress(watched.progress, outcome.progress)
+                        if outcome.progress.iteration is not None:
+                            watched.progress_at = now
+                            watched.progress_times = (watched.progress_times + [now.timestamp()])[-64:]
+                if not chunk.more:
+                    break
+            watched.cursors[path] = cursor
+        return hits[-50:]
+
+    # ------------------------------------------------------------------ cluster-wide view
+
+    def _remember_failures(self, state: WatchState, jobs: list[JobInfo], now: datetime) -> None:
+        horizon = now.timestamp() - self._ctx.systemic_window_s
+        known = {job_id for job_id, _, _ in state.failures}
+        for job in jobs:
+            if job.state.failed and job.job_id not in known:
+                state.failures.append((job.job_id, now.timestamp(), list(job.nodes)))
+        state.failures = [f for f in state.failures if f[1] >= horizon][-1000:]
+
+    def _node_failure_counts(self, state: WatchState, job: JobInfo, now: datetime) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for job_id, _, nodes in state.failures:
+            if job_id == job.job_id:
+                continue
+            for node in nodes:
+                if node in job.nodes:
+                    counts[node] = counts.get(node, 0) + 1
+        return counts
+
+    def _failing_jobs(self, state: WatchState, now: datetime) -> int:
+        return len({job_id for job_id, _, _ in state.failures})
+
+    # ------------------------------------------------------------------ Temporal and audit
+
+    async def _signal(self, watched: WatchedJob, job: JobInfo, obs: JobObservation) -> bool:
+        from workflows.job_recovery import JobRecoveryWorkflow, initial_search_attributes
+
+        inp = self._ctx.recovery_input(job)
+        try:
+            await self._client.start_workflow(
+                JobRecoveryWorkflow.run,
+                inp,
+                id=watched.workflow_id,
+                task_queue=self._ctx.main_queue,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                search_attributes=initial_search_attributes(inp),
+                start_signal=SignalNames.OBSERVE,
+                start_signal_args=[obs],
+            )
+        except WorkflowAlreadyStartedError:
+            # the job's workflow finished (job done, stopped by policy or by an operator): leave it be
+            watched.closed = True
+            return False
+        return True
+
+    async def _signal_existing(self, watched: WatchedJob, obs: JobObservation) -> None:
+        try:
+            await self._client.get_workflow_handle(watched.workflow_id).signal(SignalNames.OBSERVE, obs)
+        except Exception as exc:  # noqa: BLE001 - a closed or unknown workflow needs no goodbye
+            logger.debug("no running workflow {} to tell the job is gone: {}", watched.workflow_id, exc)
+
+    def _report_invalid(self, state: WatchState, job: JobInfo, now: datetime) -> None:
+        key = f"invalid_opt_in:{job.key.workflow_id}"
+        if key in state.invalid_reported:
+            return
+        entry = AuditEntry(
+            idempotency_key=key,
+            timestamp=now,
+            cluster=self._ctx.cluster,
+            job_id=job.job_id,
+            submit_time=job.submit_time,
+            event_type=EventType.INVALID_OPT_IN,
+            outcome=job.opt_in.invalid_reason,
+            mode="observe",
+        )
+        try:
+            self._audit.record(entry)
+        except JobmedicError as exc:
+            logger.warning("could not audit the invalid opt-in of job {}: {}", job.job_id, exc)
+            return
+        logger.warning("job {} has an invalid opt-in, ignored: {}", job.job_id, job.opt_in.invalid_reason)
+        state.invalid_reported = (state.invalid_reported + [key])[-5000:]
+
+
+def _seq(now: datetime) -> int:
+    # time-based, so a watch that resumes from older heartbeat details still numbers upwards
+    return int(now.timestamp() * 1_000_000)
+
+
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+
+
+def _intervals(times: list[float]) -> list[float]:
+    return [b - a for a, b in zip(times, times[1:]) if b > a]
+
+
+def _merge_progress(old: Progress | None, new: Progress) -> Progress:
+    if old is None:
+        return new
+    data = old.model_dump()
+    data.update({k: v for k, v in new.model_dump().items() if v is not None})
+    return Progress.model_validate(data)

@@ -1,0 +1,170 @@
+"""`jobmedic worker`, `jobmedic jobs`, `jobmedic pause|resume|stop JOB`, `jobmedic dev`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+
+from workers.settings import Settings
+from workflows.messages import JobStatus, QueryNames, SignalNames
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("worker", help="run the Temporal worker for the configured clusters")
+    p.set_defaults(handler=cmd_worker)
+
+    p = sub.add_parser("dev", help="embedded stack: Temporal dev server (if none runs) + worker + SQLite audit")
+    p.add_argument("--ui-port", type=int, default=8233, help="port of the Temporal Web UI (default 8233)")
+    p.set_defaults(handler=cmd_dev)
+
+    p = sub.add_parser("jobs", help="monitored jobs with phase, attempts and last anomaly (from Temporal visibility)")
+    p.add_argument("--cluster", help="only this cluster")
+    p.add_argument("--all", action="store_true", help="include finished workflows")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.set_defaults(handler=cmd_jobs)
+
+    for name, sig, text in (
+        ("pause", SignalNames.PAUSE, "pause recovery of a job (advice is still recorded, no action)"),
+        ("resume", SignalNames.RESUME, "resume recovery of a paused job"),
+        ("stop", SignalNames.STOP, "stop recovering a job (the job itself keeps running)"),
+    ):
+        p = sub.add_parser(name, help=text, description=f"{text}. Same as `temporal workflow signal --name {sig}`.")
+        p.add_argument("job", metavar="JOB", help="Slurm job id, or the workflow id")
+        p.add_argument("--cluster", help="cluster of the job (default: the only/first configured cluster)")
+        p.set_defaults(handler=cmd_signal, signal_name=sig)
+
+
+def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    from workers.temporal_client import connect
+    from workers.worker import run_worker
+
+    async def main() -> None:
+        client = await connect(settings)
+        await run_worker(settings, client, stop=_stop_on_signals())
+
+    asyncio.run(main())
+    return 0
+
+
+def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
+    from loguru import logger
+
+    from workers.devserver import port_open, start_dev_server
+    from workers.temporal_client import connect
+    from workers.worker import run_worker
+
+    server = None
+    if not port_open(settings.temporal.address):
+        server = start_dev_server(data_dir=settings.data_dir, address=settings.temporal.address, ui_port=args.ui_port)
+        logger.info("started the Temporal dev server (db {})", settings.data_dir / "temporal.db")
+    print(f"Temporal UI: {settings.temporal.ui_url}/namespaces/{settings.temporal.namespace}/workflows", flush=True)
+    print(f"audit trail: {settings.audit_url}", flush=True)
+
+    async def main() -> None:
+        client = await connect(settings)
+        await run_worker(settings, client, stop=_stop_on_signals())
+
+    try:
+        asyncio.run(main())
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=30)
+    return 0
+
+
+def cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
+    rows = asyncio.run(_list_jobs(settings, cluster=args.cluster, include_closed=args.all))
+    if args.json:
+        print(json.dumps({"jobs": rows}, indent=2, default=str))
+        return 0
+    if not rows:
+        print("no monitored jobs" + ("" if args.all else " running (use --all for finished ones)"))
+        return 0
+    header = f"{'JOB':>10}  {'CLUSTER':<10} {'PHASE':<16} {'MODE':<8} {'ATT':>3}  {'LAST ANOMALY':<14} IMPLICATED"
+    print(header)
+    for r in rows:
+        print(
+            f"{r['job_id']:>10}  {r['cluster']:<10} {r['phase']:<16} {r['mode']:<8} {r['attempts']:>3}  "
+            f"{r['last_category'] or '-':<14} {','.join(r['implicated_nodes']) or '-'}"
+        )
+    return 0
+
+
+async def _list_jobs(settings: Settings, *, cluster: str | None, include_closed: bool) -> list[dict]:
+    from workers.temporal_client import connect
+
+    client = await connect(settings)
+    query = "WorkflowType = 'JobRecovery'"
+    if cluster:
+        query += f" AND Cluster = {json.dumps(cluster)}"
+    if not include_closed:
+        query += " AND ExecutionStatus = 'Running'"
+    rows = []
+    async for wf in client.list_workflows(query):
+        sa = wf.search_attributes
+        rows.append(
+            {
+                "workflow_id": wf.id,
+                "job_id": _first(sa.get("JobId")),
+                "cluster": _first(sa.get("Cluster")),
+                "phase": _first(sa.get("Phase")) or "",
+                "mode": _first(sa.get("Mode")) or "",
+                "attempts": _first(sa.get("Attempts")) or 0,
+                "last_category": _first(sa.get("LastCategory")) or "",
+                "implicated_nodes": list(sa.get("ImplicatedNodes") or []),
+                "status": wf.status.name if wf.status else "",
+                "started": wf.start_time,
+            }
+        )
+    return rows
+
+
+def _first(values) -> object:
+    if isinstance(values, list | tuple):
+        return values[0] if values else None
+    return values
+
+
+def cmd_signal(args: argparse.Namespace, settings: Settings) -> int:
+    return asyncio.run(_signal(settings, args.job, args.signal_name, cluster=args.cluster))
+
+
+async def _signal(settings: Settings, job: str, name: str, *, cluster: str | None) -> int:
+    from workers.temporal_client import connect
+
+    client = await connect(settings)
+    workflow_id = await resolve_workflow_id(client, settings, job, cluster=cluster)
+    if workflow_id is None:
+        print(f"jobmedic: no running recovery workflow for job {job}; `jobmedic jobs` lists them", file=sys.stderr)
+        return 1
+    handle = client.get_workflow_handle(workflow_id)
+    await handle.signal(name)
+    status = await handle.query(QueryNames.STATUS, result_type=JobStatus)
+    print(f"{name} sent to {workflow_id}: phase {status.phase}, paused {status.paused}, stopped {status.stopped}")
+    return 0
+
+
+async def resolve_workflow_id(client, settings: Settings, job: str, *, cluster: str | None) -> str | None:
+    """A workflow id as given, or the running recovery workflow of Slurm job `job`."""
+    if job.startswith("jobmedic-"):
+        return job
+    name = settings.cluster(cluster).name
+    query = (
+        f"WorkflowType = 'JobRecovery' AND JobId = {json.dumps(job)} AND Cluster = {json.dumps(name)} "
+        "AND ExecutionStatus = 'Running'"
+    )
+    async for wf in client.list_workflows(query):
+        return wf.id
+    return None
+
+
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop

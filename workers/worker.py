@@ -1,0 +1,199 @@
+"""The jobmedic worker process: workflows and activities for every configured cluster.
+
+One worker on the main task queue runs the workflows, the attribution and the
+audit activities; one worker per cluster serves that cluster's scheduler task
+queue (`jobmedic-slurm-<cluster>`): evidence collection, actions and the watch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from loguru import logger
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.worker import Worker
+
+from activities.attribution import AttributionActivities
+from activities.audit import AuditActivities
+from activities.scheduler import SchedulerActivities
+from activities.screening import LogScreen
+from activities.watch import WatchActivities, WatchContext
+from workers.settings import ClusterSettings, Settings
+from workflows.cluster_watch import ClusterWatchWorkflow, watch_workflow_id
+from workflows.contracts import JobInfo, OptIn
+from workflows.job_recovery import JobRecoveryWorkflow
+from workflows.messages import JobRecoveryInput, WatchdogConfig, WatchInput
+
+WORKFLOWS = [JobRecoveryWorkflow, ClusterWatchWorkflow]
+
+
+def recovery_input_factory(cluster: ClusterSettings):
+    """How the watch builds a job workflow's input from the job and the cluster's settings."""
+
+    def build(job: JobInfo) -> JobRecoveryInput:
+        opt = job.opt_in.opt_in or OptIn()
+        return JobRecoveryInput(
+            key=job.key,
+            opt_in=opt,
+            environment=opt.environment,
+            cluster_mode=cluster.mode,
+            may_act=cluster.may_act(opt.environment, opt.mode),
+            scheduler_queue=cluster.task_queue,
+            policy=cluster.policy,
+            watchdog=WatchdogConfig.model_validate(cluster.watchdog.model_dump()),
+        )
+
+    return build
+
+
+def hang_bound_factory(cluster: ClusterSettings):
+    from activities.detection.hang import hang_bound
+
+    h = cluster.hang
+
+    def bound(iteration_intervals: list[float]) -> float:
+        return hang_bound(
+            iteration_intervals, [], floor_s=h.floor_s, ceiling_s=h.ceiling_s, default_s=h.default_s, factor=h.factor
+        )
+
+    return bound
+
+
+@dataclass
+class ClusterParts:
+    """The adapters of one cluster, built once from settings."""
+
+    settings: ClusterSettings
+    slurm: object
+    logs: object
+    metrics: object | None
+    external: object | None
+    closers: list = field(default_factory=list)
+
+
+def build_cluster_parts(cluster: ClusterSettings) -> ClusterParts:
+    from adapters.logs.factory import build_log_source
+    from adapters.slurm.factory import build_slurm_client
+
+    slurm = build_slurm_client(cluster)
+    logs = build_log_source(cluster, slurm)
+    metrics = None
+    if cluster.metrics.prometheus_url:
+        from adapters.metrics.prometheus import PrometheusClient
+
+        m = cluster.metrics
+        metrics = PrometheusClient(
+            m.prometheus_url,
+            host_label=m.host_label,
+            timeout_s=m.timeout_s,
+            bearer_token=m.bearer_token.get_secret_value() if m.bearer_token else None,
+        )
+    external = None
+    if cluster.attribution.url:
+        from adapters.attribution import AttributionClient
+
+        a = cluster.attribution
+        external = AttributionClient(
+            a.url, timeout_s=a.timeout_s, bearer_token=a.bearer_token.get_secret_value() if a.bearer_token else None
+        )
+    return ClusterParts(settings=cluster, slurm=slurm, logs=logs, metrics=metrics, external=external)
+
+
+async def build_workers(settings: Settings, client: Client, *, clusters: list[ClusterSettings] | None = None) -> list[Worker]:
+    from adapters.audit.factory import build_audit_store
+
+    audit = build_audit_store(settings)
+    await asyncio.to_thread(audit.migrate)
+    screen = LogScreen()
+    clusters = clusters or settings.clusters
+    parts = [build_cluster_parts(c) for c in clusters]
+    # one external attribution service per deployment: the first cluster's wins for the main queue
+    external = next((p.external for p in parts if p.external is not None), None)
+    attribution = AttributionActivities(external=external)
+    audit_acts = AuditActivities(store=audit)
+    workers = [
+        Worker(
+            client,
+            task_queue=settings.temporal.task_queue,
+            workflows=WORKFLOWS,
+            activities=[attribution.attribute, audit_acts.record_audit],
+            max_cached_workflows=10_000,
+        )
+    ]
+    for part in parts:
+        c = part.settings
+        sched = SchedulerActivities(slurm=part.slurm, logs=part.logs, metrics=part.metrics)
+        watch = WatchActivities(
+            context=WatchContext(
+                cluster=c.name,
+                environment=c.environment,
+                main_queue=settings.temporal.task_queue,
+                scheduler_queue=c.task_queue,
+                recovery_input=recovery_input_factory(c),
+                hang_bound_s=hang_bound_factory(c),
+                systemic_window_s=c.policy.systemic_window_s,
+            ),
+            slurm=part.slurm,
+            logs=part.logs,
+            screen=screen,
+            client=client,
+            audit=audit,
+        )
+        workers.append(
+            Worker(
+                client,
+                task_queue=c.task_queue,
+                activities=[
+                    sched.read_job,
+                    sched.collect_evidence,
+                    sched.requeue_hold,
+                    sched.exclude_nodes,
+                    sched.release_job,
+                    sched.cancel_job,
+                    sched.drain_nodes,
+                    watch.watch_cluster,
+                ],
+            )
+        )
+    return workers
+
+
+async def start_watches(settings: Settings, client: Client, *, clusters: list[ClusterSettings] | None = None) -> None:
+    """Start each cluster's watch workflow, or leave the running one alone."""
+    for c in clusters or settings.clusters:
+        await client.start_workflow(
+            ClusterWatchWorkflow.run,
+            WatchInput(cluster=c.name, poll_interval_s=c.poll_interval_s),
+            id=watch_workflow_id(c.name),
+            task_queue=settings.temporal.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+
+
+async def run_worker(settings: Settings, client: Client, *, stop: asyncio.Event | None = None) -> None:
+    """Run until `stop` is set (or for ever)."""
+    workers = await build_workers(settings, client)
+    await start_watches(settings, client)
+    logger.info(
+        "jobmedic worker up: task queues {} ; clusters {}",
+        ", ".join(w.task_queue for w in workers),
+        ", ".join(f"{c.name} ({c.mode.value})" for c in settings.clusters),
+    )
+    stop = stop or asyncio.Event()
+    async with _running(workers):
+        await stop.wait()
+
+
+class _running:
+    def __init__(self, workers: list[Worker]) -> None:
+        self._workers = workers
+        self._tasks: list[asyncio.Task] = []
+
+    async def __aenter__(self) -> None:
+        self._tasks = [asyncio.create_task(w.run()) for w in self._workers]
+
+    async def __aexit__(self, *exc) -> None:
+        await asyncio.gather(*(w.shutdown() for w in self._workers), return_exceptions=True)
+        await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,0 +1,633 @@
+"""The per-job recovery workflow: detect -> attribute -> decide -> record -> isolate -> restart or stop.
+
+One workflow per opted-in job, id `JobKey.workflow_id`. The cluster watch
+signals it (`observe`) only when something about the job changed. Activities do
+every side effect; the decision is the pure `workflows.policy.decide`. Activity
+and decision deadlines are the watchdog: when a decision or an action does not
+finish in time, or fails for good, the job is released to normal scheduling
+(fail open) and that is audited.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.contracts import (
+        ActionResult,
+        Advice,
+        AdviceAction,
+        AuditEntry,
+        Category,
+        EventType,
+        JobInfo,
+        JobState,
+        Mode,
+        Verdict,
+    )
+    from workflows.history import JobHistory
+    from workflows.messages import (
+        ActivityNames,
+        AttributeInput,
+        AuditBatch,
+        CollectEvidenceInput,
+        CollectEvidenceOutput,
+        JobActionInput,
+        JobObservation,
+        JobRecoveryInput,
+        JobRecoveryState,
+        JobStatus,
+        ObservationReason,
+        Phase,
+        QueryNames,
+        SignalNames,
+        TimelineEvent,
+    )
+    from workflows.policy import SystemicView, decide
+
+SA_JOB_ID = SearchAttributeKey.for_keyword("JobId")
+SA_CLUSTER = SearchAttributeKey.for_keyword("Cluster")
+SA_ENVIRONMENT = SearchAttributeKey.for_keyword("Environment")
+SA_MODE = SearchAttributeKey.for_keyword("Mode")
+SA_PHASE = SearchAttributeKey.for_keyword("Phase")
+SA_LAST_CATEGORY = SearchAttributeKey.for_keyword("LastCategory")
+SA_ATTEMPTS = SearchAttributeKey.for_int("Attempts")
+SA_IMPLICATED = SearchAttributeKey.for_keyword_list("ImplicatedNodes")
+
+SCHEDULER_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10))
+AUDIT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=5))
+TIMELINE_LIMIT = 200
+
+
+def initial_search_attributes(inp: JobRecoveryInput) -> TypedSearchAttributes:
+    """Search attributes set at start, so the Temporal UI finds a job by id, cluster and phase at once."""
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(SA_JOB_ID, inp.key.job_id),
+            SearchAttributePair(SA_CLUSTER, inp.key.cluster),
+            SearchAttributePair(SA_ENVIRONMENT, inp.environment or inp.opt_in.environment),
+            SearchAttributePair(SA_MODE, Mode.ACTION.value if inp.may_act else Mode.OBSERVE.value),
+            SearchAttributePair(SA_PHASE, Phase.WATCHING.value),
+            SearchAttributePair(SA_ATTEMPTS, 0),
+        ]
+    )
+
+
+class _Watchdog(Exception):
+    """A decision or an action overran its deadline or failed for good."""
+
+    def __init__(self, stage: str, cause: str) -> None:
+        super().__init__(f"{stage}: {cause}")
+        self.stage = stage
+        self.cause = cause
+
+
+@workflow.defn(name="JobRecovery")
+class JobRecoveryWorkflow:
+    @workflow.init
+    def __init__(self, inp: JobRecoveryInput) -> None:
+        self._inp = inp
+        self._queue: list[JobObservation] = []
+        if inp.carried_state is not None:
+            self._state = inp.carried_state
+        else:
+            self._state = JobRecoveryState(mode=inp.cluster_mode, may_act=inp.may_act)
+        self._history = JobHistory.model_validate(self._state.history or {})
+
+    # ------------------------------------------------------------------ signals and queries
+
+    @workflow.signal(name=SignalNames.OBSERVE)
+    def observe(self, obs: JobObservation) -> None:
+        if obs.seq and obs.seq <= self._state.last_seq:
+            return  # a re-delivery after a watch restart
+        self._queue.append(obs)
+
+    @workflow.signal(name=SignalNames.PAUSE)
+    def pause(self) -> None:
+        self._state.paused = True
+        self._note("paused", "recovery paused by signal")
+
+    @workflow.signal(name=SignalNames.RESUME)
+    def resume(self) -> None:
+        self._state.paused = False
+        self._note("resumed", "recovery resumed by signal")
+
+    @workflow.signal(name=SignalNames.STOP)
+    def stop(self) -> None:
+        self._state.stopped = True
+        self._note("stop_requested", "stop recovering this job (signal)")
+
+    @workflow.signal(name=SignalNames.SET_MODE)
+    def set_mode(self, mode: str) -> None:
+        new = Mode(mode)
+        self._state.mode = new
+        # action needs the cluster's consent too: it was given at start (`may_act`)
+        self._state.may_act = new is Mode.ACTION and self._inp.may_act
+        self._note("mode", f"mode set to {new.value} (acting: {self._state.may_act})")
+
+    @workflow.query(name=QueryNames.STATUS)
+    def status(self) -> JobStatus:
+        job = self._state.last_job
+        return JobStatus(
+            workflow_id=workflow.info().workflow_id,
+            job_id=self._inp.key.job_id,
+            cluster=self._inp.key.cluster,
+            phase=self._phase_label(),
+            paused=self._state.paused,
+            stopped=self._state.stopped,
+            mode=self._state.mode,
+            may_act=self._state.may_act,
+            attempts=len(self._history.attempts),
+            incidents=self._state.incidents,
+            last_category=self._state.last_category,
+            implicated_nodes=list(self._state.implicated_nodes),
+            excluded_nodes=list(self._history.excluded_nodes),
+            last_advice=self._state.last_advice,
+            job_state=job.state.value if job else "",
+            restarts=job.restarts if job else 0,
+        )
+
+    @workflow.query(name=QueryNames.TIMELINE)
+    def timeline(self) -> list[TimelineEvent]:
+        return list(self._state.timeline)
+
+    # ------------------------------------------------------------------ main loop
+
+    @workflow.run
+    async def run(self, inp: JobRecoveryInput) -> JobStatus:
+        while True:
+            await workflow.wait_condition(lambda: bool(self._queue) or self._state.stopped)
+            if self._state.stopped:
+                await self._audit(EventType.STOPPED, outcome="recovery stopped by signal", key_suffix="signal")
+                return self._finish()
+            obs = self._queue.pop(0)
+            self._state.last_seq = max(self._state.last_seq, obs.seq)
+            finished = await self._handle(obs)
+            if finished:
+                return self._finish()
+            if workflow.info().is_continue_as_new_suggested() and not self._queue:
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                self._state.history = self._history.model_dump(mode="json")
+                workflow.continue_as_new(inp.model_copy(update={"carried_state": self._state}))
+
+    def _finish(self) -> JobStatus:
+        self._set_phase(Phase.DONE)
+        return self.status()
+
+    async def _handle(self, obs: JobObservation) -> bool:
+        """Apply one observation; True when the workflow is done with this job."""
+        job = obs.job
+        previous = self._state.last_job
+        self._state.last_job = job
+        if obs.hits:
+            self._state.pending_hits = (self._state.pending_hits + obs.hits)[-100:]
+        await self._milestones(obs, previous)
+
+        if job.state is JobState.COMPLETED:
+            await self._audit(EventType.COMPLETED, job=job, outcome="training completed", key_suffix=f"r{job.restarts}")
+            return True
+        if job.state is JobState.CANCELLED and not self._state.awaiting_restart:
+            await self._audit(EventType.STOPPED, job=job, outcome="job cancelled", key_suffix=f"r{job.restarts}")
+            return True
+
+        incident = self._incident_kind(obs, previous)
+        if incident is not None:
+            stop = await self._recover(obs, incident)
+            if stop:
+                return True
+        elif ObservationReason.GONE in obs.reasons:
+            await self._audit(EventType.STOPPED, job=job, outcome="job left the scheduler", key_suffix="gone")
+            return True
+        return False
+
+    # ------------------------------------------------------------------ milestones (verify)
+
+    async def _milestones(self, obs: JobObservation, previous: JobInfo | None) -> None:
+        job = obs.job
+        slurm_requeued = job.restarts > self._state.slurm_restarts_seen and not self._state.awaiting_restart
+        if slurm_requeued and previous is not None:
+            self._note("slurm_requeue", f"Slurm requeued the job itself (restarts {job.restarts})")
+        self._state.slurm_restarts_seen = max(self._state.slurm_restarts_seen, job.restarts)
+        self._history = self._history.note_restart_count(job.restarts)
+        if job.state is JobState.RUNNING and (
+            previous is None or previous.state is not JobState.RUNNING or previous.restarts != job.restarts
+        ):
+            self._history = self._history.start_attempt(at=job.start_time or workflow.now())
+
+        if (
+            self._state.awaiting_restart
+            and job.state is JobState.RUNNING
+            and (self._state.expected_restarts is None or job.restarts >= self._state.expected_restarts)
+        ):
+            self._state.awaiting_restart = False
+            self._state.awaiting_progress = True
+            self._set_phase(Phase.WATCHING)
+            await self._audit(
+                EventType.ALLOCATION_RESTART,
+                job=job,
+                outcome=f"running again on {job.node_list or ','.join(job.nodes)}",
+                key_suffix=f"r{job.restarts}",
+                detail={"start_time": job.start_time.isoformat() if job.start_time else None, "nodes": job.nodes},
+            )
+        progressed = ObservationReason.PROGRESS in obs.reasons and obs.progress is not None
+        if self._state.awaiting_progress and progressed and job.state is JobState.RUNNING:
+            self._state.awaiting_progress = False
+            await self._audit(
+                EventType.PROGRESS_RESTORED,
+                job=job,
+                outcome=f"training progressing again (iteration {obs.progress.iteration})",
+                key_suffix=f"r{job.restarts}",
+                detail={"iteration": obs.progress.iteration, "seen_at": _iso(obs.progress_at)},
+            )
+        ckpt = obs.progress.checkpoint_iteration if obs.progress else None
+        if ckpt is not None and (self._state.last_checkpoint_iteration is None or ckpt > self._state.last_checkpoint_iteration):
+            self._state.last_checkpoint_iteration = ckpt
+            self._history = self._history.note_checkpoint(ckpt)
+            await self._audit(
+                EventType.CHECKPOINT_SAVED,
+                job=job,
+                outcome=f"checkpoint at iteration {ckpt}",
+                key_suffix=f"ckpt{ckpt}",
+                detail={"iteration": ckpt},
+            )
+
+    def _incident_kind(self, obs: JobObservation, previous: JobInfo | None) -> str | None:
+        job = obs.job
+        state_changed = previous is None or previous.state is not job.state or previous.restarts != job.restarts
+        if job.state.failed and state_changed and job.state is not JobState.PREEMPTED:
+            return "failed"
+        if job.state is JobState.PREEMPTED and state_changed:
+            return "preempted"
+        if previous is not None and job.restarts > previous.restarts and not self._state.awaiting_restart:
+            return "slurm_requeue"
+        if ObservationReason.HANG in obs.reasons and job.state is JobState.RUNNING:
+            return "hang"
+        return None
+
+    # ------------------------------------------------------------------ recovery
+
+    async def _recover(self, obs: JobObservation, incident: str) -> bool:
+        """One incident, start to end. True when the job will not be recovered any more."""
+        self._state.incidents += 1
+        job = obs.job
+        acting = self._state.may_act and not self._state.paused
+        started = workflow.now()
+        decision_deadline = started + timedelta(seconds=self._inp.watchdog.decision_deadline_s)
+        held_by_us = False
+        self._set_phase(Phase.DETECTING)
+        try:
+            hold_first = acting and incident == "failed"
+            collected = await self._collect(obs, hold_first=hold_first, deadline=decision_deadline)
+            held_by_us = bool(collected.hold and collected.hold.changed)
+            evidence = collected.evidence
+            current = evidence.job or job
+            await self._audit(
+                EventType.DETECTION,
+                job=current,
+                outcome=f"{incident}: {current.state.value} {current.reason}".strip(),
+                line=(obs.hits[-1].line if obs.hits else None),
+                pattern_id=(obs.hits[-1].pattern_id if obs.hits else None),
+                detail={
+                    "incident": incident,
+                    "failure_at": _iso(current.end_time) if incident != "hang" else _iso(obs.progress_at),
+                    "observed_at": _iso(obs.at),
+                    "exit_code": current.exit_code,
+                    "held": held_by_us,
+                    "hold_error": collected.hold_error,
+                },
+            )
+            self._set_phase(Phase.ATTRIBUTING)
+            verdict = await self._attribute(evidence, deadline=decision_deadline)
+            self._set_phase(Phase.DECIDING)
+            advice = self._decide(verdict, current, obs, incident)
+        except _Watchdog as dog:
+            await self._watchdog(job, dog, held_by_us)
+            return False
+
+        self._state.last_advice = advice
+        self._state.last_category = verdict.category.value
+        for host in verdict.implicated.hosts:
+            if host not in self._state.implicated_nodes:
+                self._state.implicated_nodes.append(host)
+        self._history = self._history.record_outcome(
+            verdict, advice, ended_at=workflow.now(), exit_code=current.exit_code
+        )
+        self._state.pending_hits = []
+        self._upsert_search_attributes()
+        await self._audit(
+            EventType.ADVICE,
+            job=current,
+            verdict=verdict,
+            advice=advice,
+            outcome=advice.reason,
+            detail={"explanation": verdict.explanation[:2000], "confidence": verdict.confidence},
+        )
+        if not acting:
+            self._note("advice", f"{advice.action.value} ({advice.rule}) — observe mode, no scheduler action")
+            self._set_phase(Phase.WATCHING)
+            return False
+
+        action_deadline = workflow.now() + timedelta(seconds=self._inp.watchdog.action_deadline_s)
+        try:
+            return await self._act(current, advice, incident, held_by_us, deadline=action_deadline)
+        except _Watchdog as dog:
+            await self._watchdog(current, dog, True)
+            return False
+
+    async def _collect(self, obs: JobObservation, *, hold_first: bool, deadline: datetime) -> CollectEvidenceOutput:
+        inp = CollectEvidenceInput(
+            key=self._inp.key,
+            hold_first=hold_first,
+            expected_restarts=obs.job.restarts,
+            log_window_lines=self._inp.log_window_lines,
+            hits=(self._state.pending_hits or obs.hits)[-50:],
+            progress=obs.progress,
+            hang_suspected=obs.hang_suspected,
+            seconds_since_progress=obs.seconds_since_progress,
+            straggler_hosts=obs.straggler_hosts,
+            node_failure_counts=obs.node_failure_counts,
+        )
+        return await self._scheduler_activity(
+            ActivityNames.COLLECT_EVIDENCE, inp, CollectEvidenceOutput, deadline=deadline, stage="detect"
+        )
+
+    async def _attribute(self, evidence, *, deadline: datetime) -> Verdict:
+        remaining = self._remaining(deadline, "attribute")
+        try:
+            return await workflow.execute_activity(
+                ActivityNames.ATTRIBUTE,
+                AttributeInput(evidence=evidence),
+                result_type=Verdict,
+                schedule_to_close_timeout=remaining,
+                retry_policy=SCHEDULER_RETRY,
+            )
+        except ActivityError as exc:
+            raise _Watchdog("attribute", _cause(exc)) from exc
+
+    def _decide(self, verdict: Verdict, job: JobInfo, obs: JobObservation, incident: str) -> Advice:
+        systemic = SystemicView(failing_jobs=obs.systemic_failing_jobs) if obs.systemic_failing_jobs else None
+        advice = decide(
+            verdict,
+            job,
+            self._history,
+            self._inp.policy,
+            now=workflow.now(),
+            systemic=systemic,
+            max_attempts_override=self._inp.opt_in.max_attempts,
+        )
+        if incident == "slurm_requeue" and advice.action in {
+            AdviceAction.RESTART,
+            AdviceAction.RESTART_EXCLUDE,
+            AdviceAction.RESTART_DRAIN,
+        }:
+            # Slurm already requeued the job: never requeue it a second time; keep only the exclusion
+            advice = advice.model_copy(
+                update={
+                    "action": AdviceAction.LEAVE_TO_SLURM,
+                    "rule": f"{advice.rule}+slurm_requeued",
+                    "reason": f"Slurm requeued the job itself; {advice.reason}",
+                }
+            )
+        return advice
+
+    async def _act(self, job: JobInfo, advice: Advice, incident: str, held_by_us: bool, *, deadline: datetime) -> bool:
+        key = self._inp.key
+        restart = advice.action in {AdviceAction.RESTART, AdviceAction.RESTART_EXCLUDE, AdviceAction.RESTART_DRAIN}
+        if advice.action is AdviceAction.STOP:
+            self._set_phase(Phase.STOPPING)
+            await self._action(ActivityNames.CANCEL, JobActionInput(key=key, reason=advice.reason), "cancel", deadline)
+            await self._audit(EventType.STOPPED, job=job, advice=advice, outcome=f"job cancelled: {advice.reason}")
+            return True
+        if advice.action is AdviceAction.HOLD:
+            if not held_by_us and not job.held:
+                await self._action(
+                    ActivityNames.REQUEUE_HOLD,
+                    JobActionInput(key=key, expected_restarts=job.restarts),
+                    "requeue_hold",
+                    deadline,
+                )
+            self._note("hold", f"job held: {advice.reason}")
+            self._set_phase(Phase.WATCHING)
+            return False
+
+        excluded_target = sorted(set(self._history.excluded_nodes) | set(advice.exclude_nodes))
+        if advice.action is AdviceAction.LEAVE_TO_SLURM or not restart:
+            if advice.exclude_nodes and job.state is JobState.PENDING:
+                await self._exclude(job, excluded_target, deadline)
+            if held_by_us:
+                await self._action(ActivityNames.RELEASE, JobActionInput(key=key), "release", deadline)
+            self._set_phase(Phase.WATCHING)
+            return False
+
+        self._set_phase(Phase.ISOLATING)
+        expected = job.restarts
+        if not held_by_us and not (job.state is JobState.PENDING and job.held):
+            result = await self._action(
+                ActivityNames.REQUEUE_HOLD,
+                JobActionInput(key=key, expected_restarts=job.restarts),
+                "requeue_hold",
+                deadline,
+            )
+            if result.job is not None:
+                expected = result.job.restarts
+        elif held_by_us:
+            expected = job.restarts  # collect_evidence returned the job as held (restarts already +1)
+        if excluded_target:
+            await self._exclude(job, excluded_target, deadline)
+        if advice.action is AdviceAction.RESTART_DRAIN and advice.drain_nodes:
+            await self._action(
+                ActivityNames.DRAIN_NODES,
+                JobActionInput(key=key, nodes=advice.drain_nodes, reason=f"{advice.rule}: {advice.reason}"[:200]),
+                "drain",
+                deadline,
+            )
+        self._set_phase(Phase.RESTARTING)
+        self._state.awaiting_restart = True
+        self._state.expected_restarts = expected
+        await self._action(ActivityNames.RELEASE, JobActionInput(key=key), "release", deadline)
+        self._history = self._history.note_jobmedic_restart()
+        self._set_phase(Phase.WAITING_RESTART)
+        return False
+
+    async def _exclude(self, job: JobInfo, nodes: list[str], deadline: datetime) -> None:
+        await self._action(
+            ActivityNames.EXCLUDE_NODES, JobActionInput(key=self._inp.key, nodes=nodes), "exclude_nodes", deadline
+        )
+        self._history = self._history.note_excluded(nodes)
+
+    async def _action(self, name: str, inp: JobActionInput, label: str, deadline: datetime) -> ActionResult:
+        n = self._state.incidents
+        await self._audit(
+            EventType.ACTION_REQUESTED,
+            action=label,
+            outcome=", ".join(inp.nodes) if inp.nodes else None,
+            key_suffix=label,
+            implicated=inp.nodes,
+        )
+        result = await self._scheduler_activity(name, inp, ActionResult, deadline=deadline, stage=label)
+        job = result.job
+        await self._audit(
+            EventType.ACTION_CONFIRMED,
+            job=job,
+            action=label,
+            outcome=(result.detail or ("changed" if result.changed else "already in effect")),
+            key_suffix=label,
+            implicated=inp.nodes,
+            detail={
+                "changed": result.changed,
+                "state": job.state.value if job else None,
+                "restarts": job.restarts if job else None,
+                "incident": n,
+            },
+        )
+        self._note(label, result.detail or ("done" if result.changed else "already in effect"))
+        return result
+
+    async def _scheduler_activity(self, name: str, arg, result_type, *, deadline: datetime, stage: str):
+        remaining = self._remaining(deadline, stage)
+        try:
+            return await workflow.execute_activity(
+                name,
+                arg,
+                result_type=result_type,
+                task_queue=self._inp.scheduler_queue,
+                schedule_to_close_timeout=remaining,
+                start_to_close_timeout=min(remaining, timedelta(seconds=60)),
+                retry_policy=SCHEDULER_RETRY,
+            )
+        except ActivityError as exc:
+            raise _Watchdog(stage, _cause(exc)) from exc
+
+    def _remaining(self, deadline: datetime, stage: str) -> timedelta:
+        left = deadline - workflow.now()
+        if left <= timedelta(seconds=1):
+            raise _Watchdog(stage, "deadline reached before the step could start")
+        return left
+
+    async def _watchdog(self, job: JobInfo, dog: _Watchdog, held_by_us: bool) -> None:
+        """Fail open: release the job to normal scheduling and audit it."""
+        workflow.logger.warning("watchdog fired at %s: %s", dog.stage, dog.cause)
+        acts = self._inp.watchdog.mode is Mode.ACTION and self._state.may_act
+        outcome = f"{dog.stage} did not finish: {dog.cause}"
+        released = None
+        if acts and (held_by_us or (job.state is JobState.PENDING and job.held)):
+            try:
+                released = await workflow.execute_activity(
+                    ActivityNames.RELEASE,
+                    JobActionInput(key=self._inp.key),
+                    result_type=ActionResult,
+                    task_queue=self._inp.scheduler_queue,
+                    start_to_close_timeout=timedelta(seconds=60),
+                    retry_policy=SCHEDULER_RETRY,
+                )
+                outcome += "; job released to normal scheduling"
+            except ActivityError as exc:
+                outcome += f"; release failed too: {_cause(exc)}"
+        elif not acts:
+            outcome += "; watchdog in observe mode or job not acted on: would release the job"
+        else:
+            outcome += "; job was not held, nothing to release"
+        self._state.awaiting_restart = False
+        await self._audit(
+            EventType.WATCHDOG,
+            job=released.job if released and released.job else job,
+            action="release" if released else None,
+            outcome=outcome,
+            key_suffix=dog.stage,
+        )
+        self._set_phase(Phase.WATCHING)
+
+    # ------------------------------------------------------------------ audit, notes, search attributes
+
+    async def _audit(
+        self,
+        event: EventType,
+        *,
+        job: JobInfo | None = None,
+        verdict: Verdict | None = None,
+        advice: Advice | None = None,
+        action: str | None = None,
+        outcome: str | None = None,
+        line: str | None = None,
+        pattern_id: str | None = None,
+        implicated: list[str] | None = None,
+        key_suffix: str = "",
+        detail: dict | None = None,
+    ) -> None:
+        info = workflow.info()
+        job = job or self._state.last_job
+        key = f"{self._inp.key.workflow_id}:{self._state.incidents}:{event.value}:{key_suffix}"
+        if verdict is not None and line is None and verdict.evidence:
+            line = verdict.evidence[0].line
+            pattern_id = verdict.evidence[0].pattern_id
+        entry = AuditEntry(
+            idempotency_key=key,
+            timestamp=workflow.now(),
+            cluster=self._inp.key.cluster,
+            job_id=self._inp.key.job_id,
+            submit_time=self._inp.key.submit_time,
+            attempt=(job.restarts if job else 0),
+            workflow_id=info.workflow_id,
+            run_id=info.run_id,
+            event_type=event,
+            pattern_id=pattern_id,
+            line=line,
+            category=verdict.category.value if verdict else None,
+            fault_domain=verdict.fault_domain.value if verdict else None,
+            implicated_nodes=implicated if implicated is not None else (verdict.implicated.hosts if verdict else []),
+            action=action or (advice.action.value if advice else None),
+            mode=Mode.ACTION.value if (self._state.may_act and not self._state.paused) else Mode.OBSERVE.value,
+            rule=advice.rule if advice else None,
+            attribution=verdict.external if verdict else None,
+            outcome=outcome,
+            detail=detail,
+        )
+        self._note(event.value, outcome or action or "")
+        await workflow.execute_activity(
+            ActivityNames.RECORD_AUDIT,
+            AuditBatch(entries=[entry]),
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=AUDIT_RETRY,
+        )
+
+    def _note(self, event: str, detail: str) -> None:
+        self._state.timeline.append(TimelineEvent(at=workflow.now(), event=event, detail=detail[:500]))
+        if len(self._state.timeline) > TIMELINE_LIMIT:
+            del self._state.timeline[: len(self._state.timeline) - TIMELINE_LIMIT]
+
+    def _phase_label(self) -> str:
+        if self._state.paused and self._state.phase != Phase.DONE:
+            return Phase.PAUSED.value
+        return str(self._state.phase)
+
+    def _set_phase(self, phase: Phase) -> None:
+        if self._state.phase == phase:
+            return
+        self._state.phase = phase
+        self._upsert_search_attributes()
+
+    def _upsert_search_attributes(self) -> None:
+        workflow.upsert_search_attributes(
+            [
+                SA_PHASE.value_set(self._phase_label()),
+                SA_MODE.value_set(Mode.ACTION.value if self._state.may_act else Mode.OBSERVE.value),
+                SA_ATTEMPTS.value_set(len(self._history.attempts)),
+                SA_LAST_CATEGORY.value_set(self._state.last_category or Category.NONE.value),
+                SA_IMPLICATED.value_set(list(self._state.implicated_nodes)),
+            ]
+        )
+
+
+def _cause(exc: BaseException) -> str:
+    inner = exc.cause if isinstance(exc, ActivityError) and exc.cause else exc
+    if isinstance(inner, ApplicationError) and inner.type:
+        return f"{inner.type}: {inner.message}"
+    return str(inner) or type(inner).__name__
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None

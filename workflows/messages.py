@@ -1,0 +1,229 @@
+"""Inputs, outputs, signals and queries of jobmedic's workflows and activities.
+
+These models are the advice contract: a site that serves the per-cluster
+scheduler task queue with its own worker implements the activities named in
+`ActivityNames` over exactly these types. Every new field gets a default.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import Field
+
+from workflows.contracts import (
+    ActionResult,
+    Advice,
+    AuditEntry,
+    Contract,
+    EvidenceLine,
+    JobEvidence,
+    JobInfo,
+    JobKey,
+    Mode,
+    OptIn,
+    PolicyConfig,
+    Progress,
+    Verdict,
+)
+
+
+class ActivityNames:
+    """Activity names, so workflows need not import activity code."""
+
+    # per-cluster scheduler queue
+    WATCH_CLUSTER = "watch_cluster"
+    COLLECT_EVIDENCE = "collect_evidence"
+    REQUEUE_HOLD = "requeue_hold"
+    EXCLUDE_NODES = "exclude_nodes"
+    RELEASE = "release_job"
+    CANCEL = "cancel_job"
+    DRAIN_NODES = "drain_nodes"
+    READ_JOB = "read_job"
+    # main queue
+    ATTRIBUTE = "attribute"
+    RECORD_AUDIT = "record_audit"
+
+
+class SignalNames:
+    OBSERVE = "observe"
+    PAUSE = "pause"
+    RESUME = "resume"
+    STOP = "stop"
+    SET_MODE = "set-mode"
+
+
+class QueryNames:
+    STATUS = "status"
+    TIMELINE = "timeline"
+
+
+class Phase(StrEnum):
+    WATCHING = "watching"
+    DETECTING = "detecting"
+    ATTRIBUTING = "attributing"
+    DECIDING = "deciding"
+    ISOLATING = "isolating"
+    RESTARTING = "restarting"
+    STOPPING = "stopping"
+    WAITING_RESTART = "waiting_restart"
+    PAUSED = "paused"
+    DONE = "done"
+
+
+class ObservationReason(StrEnum):
+    FIRST_SEEN = "first_seen"
+    STATE_CHANGE = "state_change"
+    RESTART_CHANGE = "restart_change"
+    FAILURE_PATTERN = "failure_pattern"
+    PROGRESS = "progress"
+    CHECKPOINT = "checkpoint"
+    HANG = "hang"
+    STRAGGLER = "straggler"
+    GONE = "gone"
+
+
+class SystemicView(Contract):
+    """Cluster-wide view the watch has and no single job has."""
+
+    failing_jobs: int = 0
+    window_s: float = 0.0
+    hosts: list[str] = Field(default_factory=list)
+    categories: list[str] = Field(default_factory=list)
+
+
+class JobObservation(Contract):
+    """What the cluster watch saw change about one job (signal `observe`)."""
+
+    seq: int = 0
+    at: datetime
+    job: JobInfo
+    reasons: list[ObservationReason] = Field(default_factory=list)
+    hits: list[EvidenceLine] = Field(default_factory=list)
+    progress: Progress | None = None
+    progress_at: datetime | None = None
+    hang_suspected: bool = False
+    seconds_since_progress: float | None = None
+    straggler_hosts: list[str] = Field(default_factory=list)
+    node_failure_counts: dict[str, int] = Field(default_factory=dict)
+    systemic_failing_jobs: int = 0
+
+
+class WatchdogConfig(Contract):
+    mode: Mode = Mode.OBSERVE
+    decision_deadline_s: float = 120.0
+    action_deadline_s: float = 120.0
+
+
+class JobRecoveryInput(Contract):
+    key: JobKey
+    opt_in: OptIn
+    environment: str = ""
+    cluster_mode: Mode = Mode.OBSERVE
+    may_act: bool = False
+    scheduler_queue: str
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    watchdog: WatchdogConfig = Field(default_factory=WatchdogConfig)
+    log_window_lines: int = 400
+    # carried over continue-as-new
+    carried_state: "JobRecoveryState | None" = None
+
+
+class TimelineEvent(Contract):
+    at: datetime
+    event: str
+    detail: str = ""
+
+
+class JobRecoveryState(Contract):
+    """Everything the job workflow remembers (carried over continue-as-new)."""
+
+    phase: str = Phase.WATCHING
+    paused: bool = False
+    stopped: bool = False
+    mode: Mode = Mode.OBSERVE
+    may_act: bool = False
+    incidents: int = 0
+    last_seq: int = 0
+    last_job: JobInfo | None = None
+    slurm_restarts_seen: int = 0
+    expected_restarts: int | None = None  # restarts once jobmedic's own requeue has happened
+    awaiting_restart: bool = False
+    awaiting_progress: bool = False
+    last_checkpoint_iteration: int | None = None
+    last_category: str = ""
+    implicated_nodes: list[str] = Field(default_factory=list)
+    history: dict = Field(default_factory=dict)  # workflows.history.JobHistory, as data
+    timeline: list[TimelineEvent] = Field(default_factory=list)
+    pending_hits: list[EvidenceLine] = Field(default_factory=list)
+    last_advice: Advice | None = None
+    last_verdict_summary: str = ""
+
+
+JobRecoveryInput.model_rebuild()
+
+
+class JobStatus(Contract):
+    """Answer of the `status` query."""
+
+    workflow_id: str
+    job_id: str
+    cluster: str
+    phase: str
+    paused: bool
+    stopped: bool
+    mode: Mode
+    may_act: bool
+    attempts: int
+    incidents: int
+    last_category: str
+    implicated_nodes: list[str]
+    excluded_nodes: list[str] = Field(default_factory=list)
+    last_advice: Advice | None = None
+    job_state: str = ""
+    restarts: int = 0
+
+
+class CollectEvidenceInput(Contract):
+    key: JobKey
+    hold_first: bool = False
+    expected_restarts: int | None = None
+    log_window_lines: int = 400
+    hits: list[EvidenceLine] = Field(default_factory=list)
+    progress: Progress | None = None
+    hang_suspected: bool = False
+    seconds_since_progress: float | None = None
+    straggler_hosts: list[str] = Field(default_factory=list)
+    node_failure_counts: dict[str, int] = Field(default_factory=dict)
+
+
+class CollectEvidenceOutput(Contract):
+    evidence: JobEvidence
+    hold: ActionResult | None = None
+    hold_error: str | None = None
+
+
+class AttributeInput(Contract):
+    evidence: JobEvidence
+    use_external: bool = True
+
+
+class JobActionInput(Contract):
+    key: JobKey
+    nodes: list[str] = Field(default_factory=list)
+    reason: str = ""
+    expected_restarts: int | None = None
+
+
+class AuditBatch(Contract):
+    entries: list[AuditEntry] = Field(default_factory=list)
+
+
+class WatchInput(Contract):
+    cluster: str
+    poll_interval_s: float = 15.0
+
+
+class VerdictOut(Contract):
+    verdict: Verdict
