@@ -1,0 +1,1 @@
+"""Detection: screening, progress, hangs, stragglers, patterns and verdicts (pure code)."""
