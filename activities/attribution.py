@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from loguru import logger
@@ -9,20 +11,49 @@ from temporalio import activity
 
 from activities.errors import activity_errors
 from adapters.errors import AttributionServiceError
-from workflows.contracts import JobEvidence, Verdict
-from workflows.messages import ActivityNames, AttributeInput
+from workflows.contracts import AuditEntry, EventType, JobEvidence, Verdict
+from workflows.messages import ActivityNames, AttributeInput, AttributeOutput, RecentFailure
 
 
 class ExternalAttribution(Protocol):
     async def attribute(self, evidence: JobEvidence, local: Verdict) -> Verdict | None: ...
 
 
+class AuditReader(Protocol):
+    def query(
+        self, *, cluster: str | None = None, job_id: str | None = None, since: datetime | None = None,
+        event_types: list[EventType] | None = None, limit: int = 10000,
+    ) -> list[AuditEntry]: ...
+
+
 class AttributionActivities:
-    def __init__(self, *, external: ExternalAttribution | None = None) -> None:
+    def __init__(self, *, external: ExternalAttribution | None = None, audit: AuditReader | None = None) -> None:
         self._external = external
+        self._audit = audit
 
     @activity.defn(name=ActivityNames.ATTRIBUTE)
-    async def attribute(self, inp: AttributeInput) -> Verdict:
+    async def attribute(self, inp: AttributeInput) -> AttributeOutput:
+        """The verdict, and the cluster's other recent attributed failures (for the systemic rule)."""
+        verdict = await self._verdict(inp)
+        recent = await self._recent_failures(inp)
+        return AttributeOutput(verdict=verdict, recent_failures=recent)
+
+    async def _recent_failures(self, inp: AttributeInput) -> list[RecentFailure]:
+        job = inp.evidence.job
+        if self._audit is None or job is None or inp.evidence.collected_at is None:
+            return []
+        since = inp.evidence.collected_at - timedelta(seconds=inp.systemic_window_s)
+        with activity_errors():
+            entries = await asyncio.to_thread(
+                self._audit.query, cluster=job.cluster, since=since, event_types=[EventType.ADVICE], limit=2000
+            )
+        return [
+            RecentFailure(job_id=e.job_id, at=e.timestamp, category=e.category or "", hosts=e.implicated_nodes)
+            for e in entries
+            if e.job_id != job.job_id and e.category
+        ]
+
+    async def _verdict(self, inp: AttributeInput) -> Verdict:
         """Local verdict first; the external one is merged in when it answers.
 
         The activity's schedule-to-close timeout is the watchdog: a service

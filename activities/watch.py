@@ -229,7 +229,6 @@ class WatchActivities:
             hang_suspected=hang,
             seconds_since_progress=seconds_since,
             node_failure_counts=self._node_failure_counts(state, job, now),
-            systemic_failing_jobs=self._failing_jobs(state, now),
         )
 
     async def _read_logs(self, watched: WatchedJob, job: JobInfo, now: datetime) -> list[EvidenceLine]:
@@ -277,9 +276,6 @@ class WatchActivities:
                 if node in job.nodes:
                     counts[node] = counts.get(node, 0) + 1
         return counts
-
-    def _failing_jobs(self, state: WatchState, now: datetime) -> int:
-        return len({job_id for job_id, _, _ in state.failures})
 
     # ------------------------------------------------------------------ Temporal and audit
 

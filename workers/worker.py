@@ -111,7 +111,7 @@ async def build_workers(settings: Settings, client: Client, *, clusters: list[Cl
     parts = [build_cluster_parts(c) for c in clusters]
     # one external attribution service per deployment: the first cluster's wins for the main queue
     external = next((p.external for p in parts if p.external is not None), None)
-    attribution = AttributionActivities(external=external)
+    attribution = AttributionActivities(external=external, audit=audit)
     audit_acts = AuditActivities(store=audit)
     workers = [
         Worker(

@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.messages import (
         ActivityNames,
         AttributeInput,
+        AttributeOutput,
         AuditBatch,
         CollectEvidenceInput,
         CollectEvidenceOutput,
@@ -47,7 +48,7 @@ with workflow.unsafe.imports_passed_through():
         SignalNames,
         TimelineEvent,
     )
-    from workflows.policy import SystemicView, decide
+    from workflows.policy import decide, systemic_view
 
 SA_JOB_ID = SearchAttributeKey.for_keyword("JobId")
 SA_CLUSTER = SearchAttributeKey.for_keyword("Cluster")
@@ -301,9 +302,10 @@ class JobRecoveryWorkflow:
                 },
             )
             self._set_phase(Phase.ATTRIBUTING)
-            verdict = await self._attribute(evidence, deadline=decision_deadline)
+            attributed = await self._attribute(evidence, deadline=decision_deadline)
+            verdict = attributed.verdict
             self._set_phase(Phase.DECIDING)
-            advice = self._decide(verdict, current, obs, incident)
+            advice = self._decide(verdict, current, attributed, incident)
         except _Watchdog as dog:
             await self._watchdog(job, dog, held_by_us)
             return False
@@ -355,27 +357,30 @@ class JobRecoveryWorkflow:
             ActivityNames.COLLECT_EVIDENCE, inp, CollectEvidenceOutput, deadline=deadline, stage="detect"
         )
 
-    async def _attribute(self, evidence, *, deadline: datetime) -> Verdict:
+    async def _attribute(self, evidence, *, deadline: datetime) -> AttributeOutput:
         remaining = self._remaining(deadline, "attribute")
         try:
             return await workflow.execute_activity(
                 ActivityNames.ATTRIBUTE,
-                AttributeInput(evidence=evidence),
-                result_type=Verdict,
+                AttributeInput(evidence=evidence, systemic_window_s=self._inp.policy.systemic_window_s),
+                result_type=AttributeOutput,
                 schedule_to_close_timeout=remaining,
                 retry_policy=SCHEDULER_RETRY,
             )
         except ActivityError as exc:
             raise _Watchdog("attribute", _cause(exc)) from exc
 
-    def _decide(self, verdict: Verdict, job: JobInfo, obs: JobObservation, incident: str) -> Advice:
-        systemic = SystemicView(failing_jobs=obs.systemic_failing_jobs) if obs.systemic_failing_jobs else None
+    def _decide(self, verdict: Verdict, job: JobInfo, attributed: AttributeOutput, incident: str) -> Advice:
+        now = workflow.now()
+        failures = [(f.job_id, f.at, f.category, f.hosts) for f in attributed.recent_failures]
+        failures.append((job.job_id, now, verdict.category.value, verdict.implicated.hosts))
+        systemic = systemic_view(failures, now=now, config=self._inp.policy)
         advice = decide(
             verdict,
             job,
             self._history,
             self._inp.policy,
-            now=workflow.now(),
+            now=now,
             systemic=systemic,
             max_attempts_override=self._inp.opt_in.max_attempts,
         )

@@ -84,15 +84,6 @@ class ObservationReason(StrEnum):
     GONE = "gone"
 
 
-class SystemicView(Contract):
-    """Cluster-wide view the watch has and no single job has."""
-
-    failing_jobs: int = 0
-    window_s: float = 0.0
-    hosts: list[str] = Field(default_factory=list)
-    categories: list[str] = Field(default_factory=list)
-
-
 class JobObservation(Contract):
     """What the cluster watch saw change about one job (signal `observe`)."""
 
@@ -107,7 +98,6 @@ class JobObservation(Contract):
     seconds_since_progress: float | None = None
     straggler_hosts: list[str] = Field(default_factory=list)
     node_failure_counts: dict[str, int] = Field(default_factory=dict)
-    systemic_failing_jobs: int = 0
 
 
 class WatchdogConfig(Contract):
@@ -207,6 +197,21 @@ class CollectEvidenceOutput(Contract):
 class AttributeInput(Contract):
     evidence: JobEvidence
     use_external: bool = True
+    systemic_window_s: float = 300.0
+
+
+class RecentFailure(Contract):
+    """Another job's attributed failure on the same cluster (from the audit trail)."""
+
+    job_id: str
+    at: datetime
+    category: str
+    hosts: list[str] = Field(default_factory=list)
+
+
+class AttributeOutput(Contract):
+    verdict: Verdict
+    recent_failures: list[RecentFailure] = Field(default_factory=list)
 
 
 class JobActionInput(Contract):
@@ -225,5 +230,3 @@ class WatchInput(Contract):
     poll_interval_s: float = 15.0
 
 
-class VerdictOut(Contract):
-    verdict: Verdict

@@ -1,0 +1,130 @@
+"""The demo's training job: Megatron-style progress, checkpoints, resume, and one hardware failure.
+
+Run by Slurm as the batch step of `jobmedic demo`. It resumes from the last
+checkpoint in its checkpoint directory. On the allocation named by
+`--fail-on-restart` (0: the first one) it dies the way a job does when a GPU
+falls off the bus on one node: the kernel's Xid 79 on that node, NCCL watchdog
+timeouts on the other ranks, exit code 1. The failing node is the second node
+of the allocation (or the only one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+
+def expand_first_nodes(nodelist: str) -> list[str]:
+    """Enough of Slurm's host-list syntax for the demo's `nodeN` and `node[1-2,4]` lists."""
+    out: list[str] = []
+    for part in _split_top(nodelist):
+        if "[" not in part:
+            out.append(part)
+            continue
+        prefix, rest = part.split("[", 1)
+        for item in rest.rstrip("]").split(","):
+            lo, _, hi = item.partition("-")
+            for i in range(int(lo), int(hi or lo) + 1):
+                out.append(f"{prefix}{str(i).zfill(len(lo))}")
+    return out
+
+
+def _split_top(text: str) -> list[str]:
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+            continue
+        depth += ch == "["
+        depth -= ch == "]"
+        cur += ch
+    if cur:
+        parts.append(cur)
+    return parts
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--checkpoint-dir", required=True)
+    parser.add_argument("--iterations", type=int, default=60)
+    parser.add_argument("--save-interval", type=int, default=10)
+    parser.add_argument("--iteration-seconds", type=float, default=0.15)
+    parser.add_argument("--fail-at", type=int, default=35, help="iteration at which the first attempt fails")
+    parser.add_argument("--fail-on-restart", type=int, default=0, help="SLURM_RESTART_COUNT of the failing attempt")
+    args = parser.parse_args(argv)
+
+    ckpt_dir = Path(args.checkpoint_dir)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    latest = ckpt_dir / "latest_checkpointed_iteration.txt"
+    restart = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
+    nodes = expand_first_nodes(os.environ.get("SLURM_JOB_NODELIST", "localhost"))
+    ranks_per_node = int(os.environ.get("SLURM_NTASKS_PER_NODE", "4") or 4)
+    world = ranks_per_node * len(nodes)
+    start = int(latest.read_text().strip()) if latest.exists() else 0
+
+    log(f"[demo] attempt {restart + 1} on {','.join(nodes)} ({world} ranks), job {os.environ.get('SLURM_JOB_ID')}")
+    if start:
+        log(f" loading checkpoint from {ckpt_dir} at iteration {start}")
+        log(f"  successfully loaded checkpoint from {ckpt_dir} [ t 0, p 0 ] at iteration {start}")
+    else:
+        log(" > no checkpoint found, starting from iteration 0")
+    bad = nodes[1] if len(nodes) > 1 else nodes[0]
+    bad_index = nodes.index(bad)
+    for it in range(start + 1, args.iterations + 1):
+        time.sleep(args.iteration_seconds)
+        elapsed_ms = args.iteration_seconds * 1000 * (1.0 + 0.02 * (it % 3))
+        loss = 10.0 / (1 + it * 0.05)
+        log(
+            f" [{datetime.now():%Y-%m-%d %H:%M:%S}] iteration {it:8d}/{args.iterations:8d} | consumed samples: "
+            f"{it * 256:12d} | elapsed time per iteration (ms): {elapsed_ms:.1f} | learning rate: 1.500E-04 | "
+            f"global batch size:   256 | lm loss: {loss:.6E} | loss scale: 1.0 | grad norm: 1.234 | "
+            f"number of skipped iterations:   0 | number of nan iterations:   0 |"
+        )
+        if it % args.save_interval == 0:
+            latest.write_text(str(it))
+            log(f"saving checkpoint at iteration {it:8d} to {ckpt_dir}")
+            log(f"  successfully saved checkpoint from iteration {it:8d} to {ckpt_dir}")
+        if restart == args.fail_on_restart and it == args.fail_at:
+            fail(bad, bad_index, nodes, ranks_per_node, it)
+            return 1
+    log(f"[demo] training finished at iteration {args.iterations}")
+    return 0
+
+
+def fail(bad: str, bad_index: int, nodes: list[str], ranks_per_node: int, it: int) -> None:
+    seq = it * 7
+    log(f"[{bad}] NVRM: Xid (PCI:0000:3b:00): 79, pid=48213, name=python, GPU has fallen off the bus.")
+    log(f"[{bad}] NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.")
+    bad_ranks = range(bad_index * ranks_per_node, (bad_index + 1) * ranks_per_node)
+    for rank in range(len(nodes) * ranks_per_node):
+        if rank in bad_ranks:
+            continue
+        log(
+            f"[rank{rank}]:[E ProcessGroupNCCL.cpp:616] [Rank {rank}] Watchdog caught collective operation timeout: "
+            f"WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, Timeout(ms)=600000) "
+            f"ran for 600021 milliseconds before timing out."
+        )
+    log(
+        f"srun: error: {bad}: task {bad_index * ranks_per_node}: Exited with exit code 1"
+    )
+    print("Traceback (most recent call last):", file=sys.stderr, flush=True)
+    print('  File "pretrain_gpt.py", line 212, in <module>', file=sys.stderr, flush=True)
+    print(
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error "
+        "(run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
