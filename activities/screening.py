@@ -33,13 +33,16 @@ class LogScreen:
         self._screener = Screener(catalogue.patterns)
 
     def screen(self, lines: list[str], *, first_line_no: int = 1) -> ScreenOutcome:
-        from activities.detection.progress import latest_progress, parse_progress_lines
+        """Failure hits worth a signal, and the newest progress/checkpoint of `lines`."""
+        from activities.detection.progress import latest_progress
 
+        data = "\n".join(line.replace("\n", " ") for line in lines).encode("utf-8", "surrogateescape") + b"\n"
+        result = self._screener.scan_bytes(data, first_line_no=first_line_no, progress="newest")
         hits = []
-        for hit in self._screener.scan_lines(lines, first_line_no=first_line_no):
+        for hit in result.hits:
             spec = self._patterns.get(hit.pattern_id)
-            if spec is None or spec.benign or spec.severity not in SIGNAL_SEVERITIES:
+            if spec is None or getattr(spec, "benign", False) or getattr(spec, "severity", "error") not in SIGNAL_SEVERITIES:
                 continue
             hits.append(EvidenceLine(source="log", line=hit.line[:2000], line_no=hit.line_no, pattern_id=hit.pattern_id))
-        samples = parse_progress_lines(lines, first_line_no=first_line_no)
+        samples = sorted([*result.progress, *result.checkpoints], key=lambda s: s.line_no or 0)
         return ScreenOutcome(hits=hits, progress=latest_progress(samples) if samples else None)

@@ -49,7 +49,7 @@ class JobListing(Protocol):
 
 
 class LogReader(Protocol):
-    async def read(self, cursor: LogCursor, *, max_bytes: int | None = None): ...
+    async def read(self, cursor: LogCursor, *, max_bytes: int | None = None, final: bool = False): ...
 
 
 class AuditSink(Protocol):
@@ -237,7 +237,7 @@ class WatchActivities:
             cursor = watched.cursors.get(path) or LogCursor(path=path)
             for _ in range(MAX_READS_PER_POLL):
                 try:
-                    chunk = await self._logs.read(cursor)
+                    chunk = await self._logs.read(cursor, final=job.state.finished)
                 except LogSourceError as exc:
                     logger.debug("log {} of job {} not readable yet: {}", path, job.job_id, exc)
                     break

@@ -28,7 +28,7 @@ def watch_workflow_id(cluster: str) -> str:
 class ClusterWatchWorkflow:
     @workflow.run
     async def run(self, inp: WatchInput) -> None:
-        heartbeat = timedelta(seconds=max(30.0, inp.poll_interval_s * 4))
+        heartbeat = timedelta(seconds=max(5.0, inp.poll_interval_s * 5))
         # The activity only returns when it is cancelled; a failure (worker lost,
         # scheduler unreachable for long) is retried for ever with back-off.
         await workflow.execute_activity(
