@@ -1,0 +1,391 @@
+"""What jobmedic sees of and does to one Slurm cluster.
+
+Reading costs one command per call whatever the number of jobs: `squeue --json`
+for jobs (it lists every job the controller still holds, finished ones for
+`MinJobAge`), `sinfo --json` for nodes.
+
+Every action reads the current state first and does nothing when its effect is
+already there (`ActionResult.changed` is False), so a retried or replayed
+activity never applies it twice; afterwards it reads the state again until the
+scheduler confirms the effect and returns that confirmed state. Actions name
+the job by `JobKey`: a job id that now belongs to another job raises
+`JobNotFound` (see `same_job`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from loguru import logger
+
+from adapters.errors import ActionRefused, JobNotFound, SchedulerError, SchedulerUnreachable
+from adapters.slurm import hostlist
+from adapters.slurm.parse import parse_sinfo_json, parse_squeue_json
+from adapters.slurm.runner import CommandResult, CommandRunner
+from workflows.contracts import ActionKind, ActionResult, JobInfo, JobKey, JobState, NodeInfo
+
+DRAIN_PREFIX = "jobmedic: "
+MAX_REASON_CHARS = 200
+
+_JOB_ID = re.compile(r"\d+(?:_\d+)?")
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# stderr of the Slurm commands when slurmctld (or the network to it) is the problem
+_UNREACHABLE = re.compile(
+    r"Unable to contact slurm controller|Socket timed out|Connection refused|Zero Bytes were transmitted"
+    r"|Communication connection failure|Transport endpoint is not connected",
+    re.IGNORECASE,
+)
+# states a job can be requeued from: still running, or ended and still in slurmctld's memory
+_REQUEUEABLE = {
+    JobState.RUNNING, JobState.SUSPENDED, JobState.CONFIGURING, JobState.STOPPED,
+    JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT, JobState.NODE_FAIL, JobState.PREEMPTED,
+    JobState.BOOT_FAIL, JobState.DEADLINE, JobState.OUT_OF_MEMORY,
+}
+_STARTED = {JobState.RUNNING, JobState.CONFIGURING, JobState.COMPLETING, JobState.SUSPENDED, JobState.STOPPED}
+
+
+class ActionNotConfirmed(SchedulerError):
+    """The command was accepted but the scheduler did not show its effect in time."""
+
+    retryable = True
+
+
+def same_job(key: JobKey, job: JobInfo) -> bool:
+    """Whether `job` (as the scheduler shows it now) is the job `key` was taken from.
+
+    Slurm 22.05 moves a job's submit time to the moment of every requeue
+    (verified here), so equal submit times are not required: a later submit
+    time is the same job when the job has been requeued (restarts > 0). A
+    recycled id (controller state lost, or the id space wrapped) is a new job
+    whose submit time is later and that has not been requeued; an earlier
+    submit time is never the same job. Without a submit time in `key` only the
+    id is compared.
+    """
+    if job.job_id != key.job_id or (key.cluster and job.cluster and key.cluster != job.cluster):
+        return False
+    if key.submit_time is None or job.submit_time is None:
+        return True
+    wanted = int(_utc(key.submit_time).timestamp())
+    seen = int(_utc(job.submit_time).timestamp())
+    if seen == wanted:
+        return True
+    return seen > wanted and job.restarts > 0
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+class SlurmClient:
+    """Reads and acts on one Slurm cluster through a `CommandRunner`.
+
+    Args:
+        runner: where the Slurm commands run (local or SSH).
+        cluster: the cluster's name in jobmedic's settings; stamped on every job.
+        timeout: seconds one Slurm command may take.
+        confirm_timeout: seconds an action waits for the scheduler to show its effect.
+        poll_interval: seconds between two reads while waiting for that.
+        opt_in_max_bytes: larger comments are not read as opt-ins.
+    """
+
+    def __init__(
+        self,
+        runner: CommandRunner,
+        *,
+        cluster: str,
+        timeout: float = 30.0,
+        confirm_timeout: float = 30.0,
+        poll_interval: float = 0.3,
+        opt_in_max_bytes: int = 4096,
+    ) -> None:
+        self.runner = runner
+        self.cluster = cluster
+        self.timeout = timeout
+        self.confirm_timeout = confirm_timeout
+        self.poll_interval = poll_interval
+        self.opt_in_max_bytes = opt_in_max_bytes
+
+    async def close(self) -> None:
+        await self.runner.close()
+
+    async def __aenter__(self) -> SlurmClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # ----------------------------------------------------------------------- reading
+
+    async def list_jobs(self, *, opted_in_only: bool = True) -> list[JobInfo]:
+        """Every job the controller holds, in one `squeue --json` call.
+
+        With `opted_in_only`, jobs that did not opt in are dropped; jobs whose
+        opt-in is invalid are kept (`opt_in.invalid_reason` says why).
+        """
+        result = await self._run(["squeue", "--json"], what="squeue --json")
+        jobs = parse_squeue_json(result.stdout, cluster=self.cluster, opt_in_max_bytes=self.opt_in_max_bytes)
+        if opted_in_only:
+            jobs = [job for job in jobs if job.opt_in.opted_in or job.opt_in.invalid]
+        return jobs
+
+    async def get_job(self, job_id: str) -> JobInfo:
+        """One job by id, whether or not it opted in.
+
+        Raises:
+            JobNotFound: the controller does not (or no longer) hold it.
+        """
+        job_id = _check_job_id(job_id)
+        for job in await self.list_jobs(opted_in_only=False):
+            if job.job_id == job_id:
+                return job
+        raise JobNotFound(
+            f"job {job_id} is not known to the scheduler of cluster {self.cluster!r} "
+            "(never submitted, or finished longer than MinJobAge ago)"
+        )
+
+    async def job_for_key(self, key: JobKey) -> JobInfo:
+        """The job `key` names, checking that its id was not recycled (see `same_job`)."""
+        job = await self.get_job(key.job_id)
+        if not same_job(key, job):
+            raise JobNotFound(
+                f"job id {key.job_id} now belongs to another job (submitted {job.submit_time}, "
+                f"restarts {job.restarts}; expected the one submitted {key.submit_time})"
+            )
+        return job
+
+    async def list_nodes(self) -> list[NodeInfo]:
+        """Every node with its base state, flags (DRAIN, NOT_RESPONDING, ...) and reason."""
+        result = await self._run(["sinfo", "--json"], what="sinfo --json")
+        return parse_sinfo_json(result.stdout)
+
+    async def get_node(self, name: str) -> NodeInfo:
+        name = _check_node(name)
+        for node in await self.list_nodes():
+            if node.name == name:
+                return node
+        raise ActionRefused(f"cluster {self.cluster!r} has no node named {name!r} (`sinfo -N` lists them)")
+
+    # ----------------------------------------------------------------------- job actions
+
+    async def requeue_hold(self, key: JobKey, *, expected_restarts: int | None = None) -> ActionResult:
+        """Stop the job (if it runs) and leave it PENDING and held, same job id.
+
+        No-op when the job is already pending and held, or when its restart
+        count is above `expected_restarts` (it was requeued since the caller
+        looked: by us in an earlier try, or by Slurm).
+        """
+        kind = ActionKind.REQUEUE_HOLD
+        job = await self.job_for_key(key)
+        if job.state is JobState.COMPLETING:
+            job = await self._wait_job(key, lambda j: j.state is not JobState.COMPLETING, what="the job to finish completing")
+        if expected_restarts is not None and job.restarts > expected_restarts:
+            return self._unchanged(kind, job, f"already requeued: restarts {job.restarts} > {expected_restarts}")
+        if job.state is JobState.PENDING:
+            if job.held:
+                return self._unchanged(kind, job, "already pending and held")
+            await self._scontrol(["hold", job.job_id], what=f"hold job {job.job_id}")
+            detail = "job was pending: held it"
+            confirmed = await self._wait_job(key, lambda j: j.state is JobState.PENDING and j.held, what="PENDING held")
+            return self._changed(kind, confirmed, detail)
+        if job.state is JobState.COMPLETED:
+            raise ActionRefused(f"job {job.job_id} COMPLETED; there is nothing to requeue")
+        if job.state not in _REQUEUEABLE:
+            raise ActionRefused(f"job {job.job_id} is {job.state.value}; jobmedic does not requeue from that state")
+        before = job.restarts
+        await self._scontrol(["requeuehold", job.job_id], what=f"requeue-hold job {job.job_id}")
+        confirmed = await self._wait_job(
+            key,
+            lambda j: j.state is JobState.PENDING and j.held and j.restarts > before,
+            what="PENDING held with one more restart",
+        )
+        return self._changed(kind, confirmed, f"requeued from {job.state.value} and held")
+
+    async def set_excluded_nodes(self, key: JobKey, nodes: list[str]) -> ActionResult:
+        """Add `nodes` to the job's excluded nodes (only while it is pending)."""
+        kind = ActionKind.EXCLUDE_NODES
+        wanted = [_check_node(node) for node in nodes]
+        job = await self.job_for_key(key)
+        union = list(dict.fromkeys([*job.excluded_nodes, *wanted]))
+        if set(union) == set(job.excluded_nodes):
+            return self._unchanged(kind, job, "nodes already excluded")
+        if job.state is not JobState.PENDING:
+            raise ActionRefused(
+                f"job {job.job_id} is {job.state.value}: Slurm changes excluded nodes only while a job is "
+                "pending; requeue-hold it first"
+            )
+        value = hostlist.compress(union)
+        await self._scontrol(
+            ["update", f"JobId={job.job_id}", f"ExcNodeList={value}"], what=f"exclude nodes of job {job.job_id}"
+        )
+        confirmed = await self._wait_job(key, lambda j: set(union) <= set(j.excluded_nodes), what=f"ExcNodeList={value}")
+        return self._changed(kind, confirmed, f"excluded {value}")
+
+    async def release(self, key: JobKey, *, start_now: bool = True) -> ActionResult:
+        """Release a held job; with `start_now`, also skip Slurm's wait after a requeue.
+
+        After a requeue Slurm keeps the job from starting for the credential
+        lifetime (`AuthInfo=cred_expire`, 120 s by default); `StartTime=now`
+        lets it start at the next scheduling pass.
+        """
+        kind = ActionKind.RELEASE
+        job = await self.job_for_key(key)
+        if job.state in _STARTED:
+            return self._unchanged(kind, job, f"already {job.state.value}")
+        if job.state is not JobState.PENDING:
+            raise ActionRefused(f"job {job.job_id} is {job.state.value}; there is nothing to release")
+        steps = []
+        if job.held:
+            await self._scontrol(["release", job.job_id], what=f"release job {job.job_id}")
+            steps.append("released")
+        if start_now and (job.held or job.reason == "BeginTime"):
+            await self._scontrol(
+                ["update", f"JobId={job.job_id}", "StartTime=now"], what=f"start job {job.job_id} now"
+            )
+            steps.append("StartTime=now")
+        if not steps:
+            return self._unchanged(kind, job, "pending and not held")
+        confirmed = await self._wait_job(key, lambda j: not (j.state is JobState.PENDING and j.held), what="not held")
+        return self._changed(kind, confirmed, ", ".join(steps))
+
+    async def cancel(self, key: JobKey) -> ActionResult:
+        """Cancel the job and wait until Slurm shows it ended (scancel is silent about unknown ids)."""
+        kind = ActionKind.CANCEL
+        job = await self.job_for_key(key)
+        if job.state.finished:
+            return self._unchanged(kind, job, f"already {job.state.value}")
+        await self._run(["scancel", job.job_id], what=f"scancel {job.job_id}")
+        confirmed = await self._wait_job(key, lambda j: j.state.finished, what="the job to end")
+        return self._changed(kind, confirmed, f"cancelled while {job.state.value}")
+
+    # ----------------------------------------------------------------------- node actions
+
+    async def drain_node(self, node: str, reason: str) -> ActionResult:
+        """Drain a node with the reason `jobmedic: <reason>`.
+
+        Refuses (`ActionRefused`) a node that someone else drained or set down:
+        their reason stays. No-op when jobmedic drained it already.
+        """
+        kind = ActionKind.DRAIN
+        current = await self.get_node(node)
+        if _ours(current) and current.drained:
+            return ActionResult(action=kind, changed=False, node=current, detail="already drained by jobmedic")
+        if current.drained or current.state in {"DOWN", "FAIL", "FAILING"}:
+            raise ActionRefused(
+                f"node {current.name} is {_node_state(current)} with reason {current.reason!r} "
+                f"(set by {current.reason_user or 'unknown'}); jobmedic leaves nodes drained or downed by "
+                "others alone"
+            )
+        text = DRAIN_PREFIX + _clean_reason(reason)
+        await self._scontrol(
+            ["update", f"NodeName={current.name}", "State=DRAIN", f"Reason={text}"], what=f"drain {current.name}"
+        )
+        confirmed = await self._wait_node(current.name, lambda n: n.drained and _ours(n), what="DRAIN by jobmedic")
+        return ActionResult(action=kind, changed=True, node=confirmed, detail=text)
+
+    async def resume_node(self, node: str) -> ActionResult:
+        """Resume a node that jobmedic drained; refuses nodes drained or downed by others."""
+        kind = ActionKind.RESUME_NODE
+        current = await self.get_node(node)
+        if not current.drained and current.state not in {"DOWN", "FAIL", "FAILING"}:
+            return ActionResult(action=kind, changed=False, node=current, detail="not drained")
+        if not _ours(current):
+            raise ActionRefused(
+                f"node {current.name} is {_node_state(current)} with reason {current.reason!r} "
+                f"(set by {current.reason_user or 'unknown'}), not by jobmedic; resume it yourself if it is healthy"
+            )
+        await self._scontrol(["update", f"NodeName={current.name}", "State=RESUME"], what=f"resume {current.name}")
+        confirmed = await self._wait_node(current.name, lambda n: not n.drained, what="not drained")
+        return ActionResult(action=kind, changed=True, node=confirmed, detail="resumed")
+
+    # ----------------------------------------------------------------------- plumbing
+
+    def _unchanged(self, kind: ActionKind, job: JobInfo, detail: str) -> ActionResult:
+        logger.debug("slurm {} job {} on {}: no-op ({})", kind.value, job.job_id, self.cluster, detail)
+        return ActionResult(action=kind, changed=False, job=job, detail=detail)
+
+    def _changed(self, kind: ActionKind, job: JobInfo, detail: str) -> ActionResult:
+        logger.info("slurm {} job {} on {}: {} -> {}", kind.value, job.job_id, self.cluster, detail, job.state.value)
+        return ActionResult(action=kind, changed=True, job=job, detail=detail)
+
+    async def _wait_job(self, key: JobKey, done: Callable[[JobInfo], bool], *, what: str) -> JobInfo:
+        deadline = time.monotonic() + self.confirm_timeout
+        while True:
+            job = await self.job_for_key(key)
+            if done(job):
+                return job
+            if time.monotonic() >= deadline:
+                raise ActionNotConfirmed(
+                    f"job {key.job_id}: waited {self.confirm_timeout:g} s for {what}, the scheduler shows "
+                    f"{job.state.value} (reason {job.reason}, held {job.held}, restarts {job.restarts})"
+                )
+            await asyncio.sleep(self.poll_interval)
+
+    async def _wait_node(self, name: str, done: Callable[[NodeInfo], bool], *, what: str) -> NodeInfo:
+        deadline = time.monotonic() + self.confirm_timeout
+        while True:
+            node = await self.get_node(name)
+            if done(node):
+                return node
+            if time.monotonic() >= deadline:
+                raise ActionNotConfirmed(
+                    f"node {name}: waited {self.confirm_timeout:g} s for {what}, the scheduler shows "
+                    f"{_node_state(node)} reason {node.reason!r}"
+                )
+            await asyncio.sleep(self.poll_interval)
+
+    async def _run(self, argv: list[str], *, what: str) -> CommandResult:
+        result = await self.runner.run(argv, timeout=self.timeout)
+        if result.returncode != 0:
+            self._raise_for(result, what=what)
+        return result
+
+    async def _scontrol(self, args: list[str], *, what: str) -> CommandResult:
+        result = await self.runner.run(["scontrol", *args], timeout=self.timeout)
+        if result.returncode != 0:
+            self._raise_for(result, what=what)
+        return result
+
+    def _raise_for(self, result: CommandResult, *, what: str) -> None:
+        message = " ".join(result.stderr.split()) or f"exit code {result.returncode}"
+        where = f"{what} on cluster {self.cluster!r} ({self.runner.describe()})"
+        if _UNREACHABLE.search(message):
+            raise SchedulerUnreachable(f"{where}: {message}; is slurmctld up? (`scontrol ping`)")
+        if "Invalid job id" in message:
+            raise JobNotFound(f"{where}: {message}")
+        if result.returncode == 127 or "command not found" in message:
+            raise SchedulerError(f"{where}: {message}; are the Slurm client commands installed there?")
+        raise ActionRefused(f"{where}: the scheduler refused: {message}")
+
+
+def _check_job_id(job_id: str) -> str:
+    job_id = str(job_id).strip()
+    if not _JOB_ID.fullmatch(job_id):
+        raise JobNotFound(f"{job_id!r} is not a Slurm job id")
+    return job_id
+
+
+def _check_node(name: str) -> str:
+    if not isinstance(name, str) or not _NODE_NAME.fullmatch(name):
+        raise ActionRefused(f"{name!r} is not a node name jobmedic acts on (letters, digits, '.', '_', '-')")
+    return name
+
+
+def _clean_reason(reason: str) -> str:
+    # one line of printable text: Slurm shows reasons in tables and logs
+    text = " ".join("".join(ch if ch.isprintable() else " " for ch in reason).split())
+    return (text or "drained")[:MAX_REASON_CHARS]
+
+
+def _ours(node: NodeInfo) -> bool:
+    return node.reason.startswith(DRAIN_PREFIX.strip())
+
+
+def _node_state(node: NodeInfo) -> str:
+    return "+".join([node.state, *node.flags])
+
+
+__all__ = ["ActionNotConfirmed", "DRAIN_PREFIX", "SlurmClient", "same_job"]

@@ -1,0 +1,32 @@
+"""Build the Slurm client of one configured cluster (used by the CLI and the worker)."""
+
+from __future__ import annotations
+
+from adapters.errors import ConfigError
+from adapters.slurm.client import SlurmClient
+from adapters.slurm.runner import CommandRunner, LocalRunner, SshRunner
+from workers.settings import ClusterSettings
+
+
+def build_runner(cluster: ClusterSettings) -> CommandRunner:
+    """The command runner `cluster.scheduler.access` asks for."""
+    scheduler = cluster.scheduler
+    if scheduler.access == "local":
+        return LocalRunner(env=scheduler.env)
+    ssh = scheduler.ssh
+    if ssh is None or ssh.known_hosts is None:  # the settings validators make this impossible
+        raise ConfigError(f"clusters.{cluster.name}.scheduler: access 'ssh' needs an ssh section with known_hosts")
+    return SshRunner(
+        ssh.host,
+        port=ssh.port,
+        user=ssh.user,
+        key_file=ssh.key_file,
+        known_hosts=ssh.known_hosts,
+        env={**scheduler.env, **ssh.env},
+        connect_timeout=ssh.connect_timeout_s,
+    )
+
+
+def build_slurm_client(cluster: ClusterSettings) -> SlurmClient:
+    """A `SlurmClient` for `cluster`; close it (`await client.close()`) when done."""
+    return SlurmClient(build_runner(cluster), cluster=cluster.name, timeout=cluster.scheduler.command_timeout_s)
