@@ -120,6 +120,19 @@ class JobKey(Contract):
         stamp = self.submit_time.strftime("%Y%m%dT%H%M%S") if self.submit_time else "unknown"
         return f"jobmedic-{self.cluster}-{self.job_id}-{stamp}"
 
+    def matches(self, job: "JobInfo") -> bool:
+        """True when `job` is this job and not a later job that reuses its id.
+
+        Slurm stamps a new submit time on every requeue (and counts it in
+        `Restarts`), so a later submit time is the same job only when the job
+        has been restarted since.
+        """
+        if job.job_id != self.job_id:
+            return False
+        if self.submit_time is None or job.submit_time is None or job.submit_time == self.submit_time:
+            return True
+        return job.restarts > 0 and job.submit_time > self.submit_time
+
 
 class TaskLayout(Contract):
     """How a job's tasks (global ranks) are spread over its nodes.
