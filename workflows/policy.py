@@ -296,7 +296,7 @@ def _systemic_hold(f: _Facts) -> _Outcome:
     jobs = sorted({*f.systemic.job_ids, f.job.job_id})
     if len(jobs) < f.config.systemic_jobs:
         return None
-    hosts = ", ".join(f.systemic.hosts) or "no common host named"
+    hosts = ", ".join(sorted(set(f.systemic.hosts))) or "no common host named"
     return _advice(
         AdviceAction.HOLD,
         Rule.SYSTEMIC_HOLD,
