@@ -28,6 +28,7 @@ from workflows.contracts import (
     EventType,
     EvidenceLine,
     JobInfo,
+    JobKey,
     JobState,
     LogCursor,
     Progress,
@@ -76,6 +77,8 @@ class WatchedJob(BaseModel):
 
 class WatchState(BaseModel):
     jobs: dict[str, WatchedJob] = Field(default_factory=dict)
+    # job id -> submit time it was first seen with (a requeue stamps a new one)
+    first_submit: dict[str, datetime] = Field(default_factory=dict)
     invalid_reported: list[str] = Field(default_factory=list)
     failures: list[tuple[str, float, list[str]]] = Field(default_factory=list)  # (job id, epoch s, nodes)
     polls: int = 0
@@ -90,7 +93,7 @@ class WatchContext(BaseModel):
     environment: str
     main_queue: str
     scheduler_queue: str
-    recovery_input: Callable[[JobInfo], JobRecoveryInput]
+    recovery_input: Callable[[JobInfo, JobKey], JobRecoveryInput]
     hang_bound_s: Callable[[list[float]], float]
     systemic_window_s: float = 300.0
 
@@ -143,7 +146,8 @@ class WatchActivities:
             if job.opt_in.invalid:
                 self._report_invalid(state, job, now)
                 continue
-            wid = job.key.workflow_id
+            key = await self._identity(state, job)
+            wid = key.workflow_id
             listed.add(wid)
             watched = state.jobs.get(wid)
             first = watched is None
@@ -153,10 +157,11 @@ class WatchActivities:
             if watched.closed:
                 continue
             obs = await self._observe(state, watched, job, now, first=first)
-            if obs is not None and await self._signal(watched, job, obs):
+            if obs is not None and await self._signal(watched, job, key, obs):
                 sent.append(obs)
         for wid in [w for w in state.jobs if w not in listed]:
             watched = state.jobs.pop(wid)
+            state.first_submit.pop(watched.job_id, None)
             if not watched.closed and watched.last_seen is not None:
                 gone = JobObservation(
                     seq=_seq(now), at=now, reasons=[ObservationReason.GONE],
@@ -166,6 +171,34 @@ class WatchActivities:
         return sent
 
     # ------------------------------------------------------------------ one job
+
+    async def _identity(self, state: WatchState, job: JobInfo) -> JobKey:
+        """The job's key: the submit time it was first seen with survives Slurm's requeues."""
+        first = state.first_submit.get(job.job_id)
+        if first is None and job.restarts > 0:
+            first = await self._running_workflow_submit_time(job)
+        if first is not None:
+            key = JobKey(cluster=self._ctx.cluster, job_id=job.job_id, submit_time=first)
+            if key.matches(job):
+                state.first_submit[job.job_id] = first
+                return key
+        if job.submit_time is not None:
+            state.first_submit[job.job_id] = job.submit_time
+        return JobKey(cluster=self._ctx.cluster, job_id=job.job_id, submit_time=job.submit_time)
+
+    async def _running_workflow_submit_time(self, job: JobInfo) -> datetime | None:
+        """After a restart of the watch without state: the key of the job's running workflow."""
+        query = (
+            f"WorkflowType = 'JobRecovery' AND JobId = '{_quote(job.job_id)}' "
+            f"AND Cluster = '{_quote(self._ctx.cluster)}' AND ExecutionStatus = 'Running'"
+        )
+        try:
+            async for wf in self._client.list_workflows(query, limit=1):
+                stamp = wf.id.rsplit("-", 1)[-1]
+                return datetime.strptime(stamp, "%Y%m%dT%H%M%S")
+        except Exception as exc:  # noqa: BLE001 - visibility is a hint here; the job is still watched
+            logger.warning("could not look up the workflow of requeued job {}: {}", job.job_id, exc)
+        return None
 
     async def _observe(
         self, state: WatchState, watched: WatchedJob, job: JobInfo, now: datetime, *, first: bool
@@ -279,10 +312,10 @@ class WatchActivities:
 
     # ------------------------------------------------------------------ Temporal and audit
 
-    async def _signal(self, watched: WatchedJob, job: JobInfo, obs: JobObservation) -> bool:
+    async def _signal(self, watched: WatchedJob, job: JobInfo, key: JobKey, obs: JobObservation) -> bool:
         from workflows.job_recovery import JobRecoveryWorkflow, initial_search_attributes
 
-        inp = self._ctx.recovery_input(job)
+        inp = self._ctx.recovery_input(job, key)
         try:
             await self._client.start_workflow(
                 JobRecoveryWorkflow.run,
@@ -307,7 +340,7 @@ class WatchActivities:
             logger.debug("no running workflow {} to tell the job is gone: {}", watched.workflow_id, exc)
 
     def _report_invalid(self, state: WatchState, job: JobInfo, now: datetime) -> None:
-        key = f"invalid_opt_in:{job.key.workflow_id}"
+        key = f"invalid_opt_in:{self._ctx.cluster}:{job.job_id}:{job.submit_time}"
         if key in state.invalid_reported:
             return
         entry = AuditEntry(
@@ -327,6 +360,10 @@ class WatchActivities:
             return
         logger.warning("job {} has an invalid opt-in, ignored: {}", job.job_id, job.opt_in.invalid_reason)
         state.invalid_reported = (state.invalid_reported + [key])[-5000:]
+
+
+def _quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("'", "\\'")
 
 
 def _seq(now: datetime) -> int:

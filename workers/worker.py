@@ -22,7 +22,7 @@ from activities.screening import LogScreen
 from activities.watch import WatchActivities, WatchContext
 from workers.settings import ClusterSettings, Settings
 from workflows.cluster_watch import ClusterWatchWorkflow, watch_workflow_id
-from workflows.contracts import JobInfo, OptIn
+from workflows.contracts import JobInfo, JobKey, OptIn
 from workflows.job_recovery import JobRecoveryWorkflow
 from workflows.messages import JobRecoveryInput, WatchdogConfig, WatchInput
 
@@ -32,10 +32,10 @@ WORKFLOWS = [JobRecoveryWorkflow, ClusterWatchWorkflow]
 def recovery_input_factory(cluster: ClusterSettings):
     """How the watch builds a job workflow's input from the job and the cluster's settings."""
 
-    def build(job: JobInfo) -> JobRecoveryInput:
+    def build(job: JobInfo, key: JobKey) -> JobRecoveryInput:
         opt = job.opt_in.opt_in or OptIn()
         return JobRecoveryInput(
-            key=job.key,
+            key=key,
             opt_in=opt,
             environment=opt.environment,
             cluster_mode=cluster.mode,
