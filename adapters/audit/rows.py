@@ -91,6 +91,17 @@ def compact_key(key: str) -> str:
     return key[: KEY_MAX_CHARS - len(digest) - 1] + "#" + digest
 
 
+def clean_json(value: Any) -> Any:
+    """A JSON-ready value with every string (keys included) passed through `clean_text`."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list | tuple):
+        return [clean_json(v) for v in value]
+    if isinstance(value, dict):
+        return {clean_text(str(k)): clean_json(v) for k, v in value.items()}
+    return value
+
+
 def bounded_json(value: Any, max_bytes: int = JSON_MAX_BYTES) -> Any:
     """A JSON-ready value whose encoding fits `max_bytes`.
 
@@ -100,6 +111,7 @@ def bounded_json(value: Any, max_bytes: int = JSON_MAX_BYTES) -> Any:
     """
     if value is None:
         return None
+    value = clean_json(value)
     encoded = json.dumps(value, ensure_ascii=False)
     size = len(encoded.encode("utf-8"))
     if size <= max_bytes:

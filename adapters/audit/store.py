@@ -1,8 +1,9 @@
 """The audit store: exactly-once writes and filtered reads of `AuditEntry`s.
 
-`AuditStore` is synchronous (SQLAlchemy + sqlite3/PyMySQL block). Async code —
-activities, the worker — uses `AsyncAuditStore`, which runs every call in a
-thread with `asyncio.to_thread`; never call `AuditStore` directly on an event loop.
+`AuditStore` is synchronous (SQLAlchemy + sqlite3/PyMySQL block) and
+thread-safe. Never call it directly on an event loop: async code runs each call
+in a thread, with `asyncio.to_thread(store.record, entry)` (what the activities
+do) or through `AsyncAuditStore`, which does exactly that for every method.
 """
 
 from __future__ import annotations
