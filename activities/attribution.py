@@ -10,6 +10,7 @@ from loguru import logger
 from temporalio import activity
 
 from activities.errors import activity_errors
+from activities.faults import injected_delay
 from adapters.errors import AttributionServiceError
 from workflows.contracts import AuditEntry, EventType, JobEvidence, Verdict
 from workflows.messages import ActivityNames, AttributeInput, AttributeOutput, RecentFailure
@@ -27,13 +28,21 @@ class AuditReader(Protocol):
 
 
 class AttributionActivities:
-    def __init__(self, *, external: ExternalAttribution | None = None, audit: AuditReader | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        external: ExternalAttribution | None = None,
+        audit: AuditReader | None = None,
+        delays: dict[str, float] | None = None,
+    ) -> None:
         self._external = external
         self._audit = audit
+        self._delays = delays or {}
 
     @activity.defn(name=ActivityNames.ATTRIBUTE)
     async def attribute(self, inp: AttributeInput) -> AttributeOutput:
         """The verdict, and the cluster's other recent attributed failures (for the systemic rule)."""
+        await injected_delay(self._delays, ActivityNames.ATTRIBUTE)
         verdict = await self._verdict(inp)
         recent = await self._recent_failures(inp)
         return AttributeOutput(verdict=verdict, recent_failures=recent)

@@ -15,6 +15,7 @@ from loguru import logger
 from temporalio import activity
 
 from activities.errors import activity_errors
+from activities.faults import injected_delay
 from adapters.errors import JobmedicError, LogSourceError, MetricsError
 from workflows.contracts import ActionResult, EvidenceLine, JobEvidence, JobInfo, JobKey, LogCursor, NodeInfo
 from workflows.messages import (
@@ -48,10 +49,18 @@ class GpuHealthPort(Protocol):
 class SchedulerActivities:
     """Activities that read from and act on one cluster's scheduler."""
 
-    def __init__(self, *, slurm: SlurmPort, logs: LogTailPort, metrics: GpuHealthPort | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        slurm: SlurmPort,
+        logs: LogTailPort,
+        metrics: GpuHealthPort | None = None,
+        delays: dict[str, float] | None = None,
+    ) -> None:
         self._slurm = slurm
         self._logs = logs
         self._metrics = metrics
+        self._delays = delays or {}
 
     @activity.defn(name=ActivityNames.READ_JOB)
     async def read_job(self, key: JobKey) -> JobInfo:
@@ -65,6 +74,7 @@ class SchedulerActivities:
         The log window is read before the hold: a requeue truncates the job's
         output file unless the job writes in append mode.
         """
+        await injected_delay(self._delays, ActivityNames.COLLECT_EVIDENCE)
         with activity_errors():
             job = await self._checked_job(inp.key)
             log_lines = await self._log_window(job, inp.log_window_lines)
@@ -97,27 +107,32 @@ class SchedulerActivities:
 
     @activity.defn(name=ActivityNames.REQUEUE_HOLD)
     async def requeue_hold(self, inp: JobActionInput) -> ActionResult:
+        await injected_delay(self._delays, ActivityNames.REQUEUE_HOLD)
         with activity_errors():
             return await self._slurm.requeue_hold(inp.key, expected_restarts=inp.expected_restarts)
 
     @activity.defn(name=ActivityNames.EXCLUDE_NODES)
     async def exclude_nodes(self, inp: JobActionInput) -> ActionResult:
+        await injected_delay(self._delays, ActivityNames.EXCLUDE_NODES)
         with activity_errors():
             return await self._slurm.set_excluded_nodes(inp.key, list(inp.nodes))
 
     @activity.defn(name=ActivityNames.RELEASE)
     async def release_job(self, inp: JobActionInput) -> ActionResult:
+        await injected_delay(self._delays, ActivityNames.RELEASE)
         with activity_errors():
             return await self._slurm.release(inp.key)
 
     @activity.defn(name=ActivityNames.CANCEL)
     async def cancel_job(self, inp: JobActionInput) -> ActionResult:
+        await injected_delay(self._delays, ActivityNames.CANCEL)
         with activity_errors():
             return await self._slurm.cancel(inp.key)
 
     @activity.defn(name=ActivityNames.DRAIN_NODES)
     async def drain_nodes(self, inp: JobActionInput) -> ActionResult:
         """Drain each node; the last result is returned (each drain is idempotent on its own)."""
+        await injected_delay(self._delays, ActivityNames.DRAIN_NODES)
         with activity_errors():
             result: ActionResult | None = None
             changed = False

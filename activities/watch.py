@@ -95,6 +95,7 @@ class WatchContext(BaseModel):
     scheduler_queue: str
     recovery_input: Callable[[JobInfo, JobKey], JobRecoveryInput]
     hang_bound_s: Callable[[list[float]], float]
+    watches: Callable[[str], bool] = lambda environment: True
     systemic_window_s: float = 300.0
 
 
@@ -145,6 +146,8 @@ class WatchActivities:
             job.cluster = self._ctx.cluster
             if job.opt_in.invalid:
                 self._report_invalid(state, job, now)
+                continue
+            if job.opt_in.opt_in is None or not self._ctx.watches(job.opt_in.opt_in.environment):
                 continue
             key = await self._identity(state, job)
             wid = key.workflow_id

@@ -46,14 +46,19 @@ class DemoOutcome:
     figures: dict[str, float | None] = field(default_factory=dict)
 
 
-def demo_settings(settings: Settings, *, observe: bool) -> Settings:
-    """The user's settings with one demo cluster: action mode (unless observing), fast polling."""
+def demo_settings(settings: Settings, *, observe: bool, environment: str = DEMO_ENVIRONMENT) -> Settings:
+    """The user's settings with one demo cluster: action mode (unless observing), fast polling.
+
+    The demo watches only jobs that opted in with its own `environment`, so it
+    never touches anything else on the cluster.
+    """
     base = settings.cluster()
     cluster = base.model_copy(
         update={
             "name": DEMO_CLUSTER,
-            "environment": DEMO_ENVIRONMENT,
-            "environment_pattern": DEMO_ENVIRONMENT,
+            "environment": environment,
+            "environment_pattern": environment,
+            "job_environments": environment,
             "mode": Mode.OBSERVE if observe else Mode.ACTION,
             "acknowledge_scheduler_actions": not observe,
             "poll_interval_s": 1.0,
@@ -74,7 +79,8 @@ async def run_demo(settings: Settings, *, observe: bool, timeout_s: float = 300.
     from workers.worker import run_worker
     from workflows.cluster_watch import watch_workflow_id
 
-    settings = demo_settings(settings, observe=observe)
+    environment = f"{DEMO_ENVIRONMENT}-{datetime.now():%H%M%S%f}"
+    settings = demo_settings(settings, observe=observe, environment=environment)
     cluster = settings.cluster()
     slurm = build_slurm_client(cluster)
     nodes = await slurm.list_nodes()
@@ -89,8 +95,8 @@ async def run_demo(settings: Settings, *, observe: bool, timeout_s: float = 300.
     try:
         workdir = settings.data_dir / "demo" / datetime.now().strftime("%Y%m%d-%H%M%S-%f")
         workdir.mkdir(parents=True, exist_ok=True)
-        job_id = await _submit(slurm, workdir, observe=observe)
-        _say(f"submitted training job {job_id} (opted in: environment={DEMO_ENVIRONMENT}, "
+        job_id = await _submit(slurm, workdir, observe=observe, environment=environment)
+        _say(f"submitted training job {job_id} (opted in: environment={environment}, "
              f"mode={'observe' if observe else 'action'}); log: {workdir / f'train-{job_id}.out'}")
         outcome = await _follow(settings, slurm, audit, job_id, observe=observe, timeout_s=timeout_s, worker=worker)
         return outcome
@@ -103,9 +109,9 @@ async def run_demo(settings: Settings, *, observe: bool, timeout_s: float = 300.
             logger.debug("demo watch not terminated: {}", exc)
 
 
-async def _submit(slurm, workdir: Path, *, observe: bool) -> str:
+async def _submit(slurm, workdir: Path, *, observe: bool, environment: str) -> str:
     script = workdir / "train.sbatch"
-    comment = json.dumps({"jobmedic": {"environment": DEMO_ENVIRONMENT, "mode": "observe" if observe else "action",
+    comment = json.dumps({"jobmedic": {"environment": environment, "mode": "observe" if observe else "action",
                                        "checkpoint_dir": str(workdir / "ckpt")}})
     script.write_text(
         "#!/bin/bash\n"

@@ -58,14 +58,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=60)
     parser.add_argument("--save-interval", type=int, default=10)
     parser.add_argument("--iteration-seconds", type=float, default=0.15)
-    parser.add_argument("--fail-at", type=int, default=35, help="iteration at which the first attempt fails")
-    parser.add_argument("--fail-on-restart", type=int, default=0, help="SLURM_RESTART_COUNT of the failing attempt")
+    parser.add_argument("--fail-at", type=int, default=35, help="iteration at which a failing attempt fails")
+    parser.add_argument(
+        "--plan",
+        default="xid,ok",
+        help="what each attempt does, comma separated (the last repeats): ok | xid (GPU lost on the second "
+        "node) | app (the same Python error every time) | hang (stops logging, keeps running) | "
+        "early (transient NCCL error before the first checkpoint)",
+    )
     args = parser.parse_args(argv)
 
     ckpt_dir = Path(args.checkpoint_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     latest = ckpt_dir / "latest_checkpointed_iteration.txt"
     restart = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
+    plan = [p.strip() for p in args.plan.split(",") if p.strip()] or ["ok"]
+    todo = plan[min(restart, len(plan) - 1)]
     nodes = expand_first_nodes(os.environ.get("SLURM_JOB_NODELIST", "localhost"))
     ranks_per_node = int(os.environ.get("SLURM_NTASKS_PER_NODE", "4") or 4)
     world = ranks_per_node * len(nodes)
@@ -79,7 +87,11 @@ def main(argv: list[str] | None = None) -> int:
         log(" > no checkpoint found, starting from iteration 0")
     bad = nodes[1] if len(nodes) > 1 else nodes[0]
     bad_index = nodes.index(bad)
+    fail_at = min(start + 3, args.iterations) if todo == "early" else max(args.fail_at, start + 1)
     for it in range(start + 1, args.iterations + 1):
+        if todo == "hang" and it == fail_at:
+            log(f"[demo] (hanging at iteration {it}: no more output)")
+            time.sleep(3600)
         time.sleep(args.iteration_seconds)
         elapsed_ms = args.iteration_seconds * 1000 * (1.0 + 0.02 * (it % 3))
         loss = 10.0 / (1 + it * 0.05)
@@ -93,8 +105,8 @@ def main(argv: list[str] | None = None) -> int:
             latest.write_text(str(it))
             log(f"saving checkpoint at iteration {it:8d} to {ckpt_dir}")
             log(f"  successfully saved checkpoint from iteration {it:8d} to {ckpt_dir}")
-        if restart == args.fail_on_restart and it == args.fail_at:
-            fail(bad, bad_index, nodes, ranks_per_node, it)
+        if it == fail_at and todo in FAILURES:
+            FAILURES[todo](bad, bad_index, nodes, ranks_per_node, it)
             return 1
     log(f"[demo] training finished at iteration {args.iterations}")
     return 0
@@ -102,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def fail(bad: str, bad_index: int, nodes: list[str], ranks_per_node: int, it: int) -> None:
     seq = it * 7
-    log(f"[{bad}] NVRM: Xid (PCI:0000:3b:00): 79, pid=48213, name=python, GPU has fallen off the bus.")
-    log(f"[{bad}] NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.")
+    log(f"{bad} kernel: [81234.567890] NVRM: Xid (PCI:0000:3b:00): 79, pid=48213, name=python, GPU has fallen off the bus.")
+    log(f"{bad} kernel: [81234.567912] NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.")
     bad_ranks = range(bad_index * ranks_per_node, (bad_index + 1) * ranks_per_node)
     for rank in range(len(nodes) * ranks_per_node):
         if rank in bad_ranks:
@@ -124,6 +136,29 @@ def fail(bad: str, bad_index: int, nodes: list[str], ranks_per_node: int, it: in
         file=sys.stderr,
         flush=True,
     )
+
+
+def fail_app(bad: str, bad_index: int, nodes: list[str], ranks_per_node: int, it: int) -> None:
+    err = sys.stderr
+    print("Traceback (most recent call last):", file=err, flush=True)
+    print('  File "train.py", line 88, in <module>', file=err, flush=True)
+    print("    main()", file=err, flush=True)
+    print('  File "train.py", line 61, in main', file=err, flush=True)
+    print("    batch = collate(samples)", file=err, flush=True)
+    print("KeyError: 'input_ids'", file=err, flush=True)
+
+
+def fail_early(bad: str, bad_index: int, nodes: list[str], ranks_per_node: int, it: int) -> None:
+    print(
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, remote process exited "
+        "or there was a network error, NCCL version 2.21.5\nncclRemoteError: A call failed possibly due to a "
+        "network error or a remote process exiting prematurely.",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+FAILURES = {"xid": fail, "app": fail_app, "early": fail_early}
 
 
 if __name__ == "__main__":

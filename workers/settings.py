@@ -100,6 +100,8 @@ class WatchdogSettings(Section):
     mode: Mode = Mode.ACTION
     decision_deadline_s: float = 120.0
     action_deadline_s: float = 120.0
+    # one scheduler activity attempt; a worker lost mid-activity is noticed after this long
+    activity_timeout_s: float = 60.0
 
 
 class HangSettings(Section):
@@ -113,6 +115,8 @@ class ClusterSettings(Section):
     name: str = "local"
     environment: str = "dev"
     environment_pattern: str = ".*"
+    # opted-in jobs whose environment does not match are left alone (another deployment's)
+    job_environments: str = ".*"
     mode: Mode = Mode.OBSERVE
     acknowledge_scheduler_actions: bool = False
     poll_interval_s: float = 15.0
@@ -131,7 +135,7 @@ class ClusterSettings(Section):
             raise ValueError("cluster names use letters, digits, '.', '_' or '-' (at most 63 characters)")
         return value
 
-    @field_validator("environment_pattern")
+    @field_validator("environment_pattern", "job_environments")
     @classmethod
     def _pattern_compiles(cls, value: str) -> str:
         try:
@@ -144,6 +148,10 @@ class ClusterSettings(Section):
     def task_queue(self) -> str:
         """Task queue of the scheduler-facing activities of this cluster."""
         return f"jobmedic-slurm-{self.name}"
+
+    def watches(self, job_environment: str) -> bool:
+        """Whether this deployment watches a job that opted in with `job_environment`."""
+        return re.fullmatch(self.job_environments, job_environment or "") is not None
 
     def may_act(self, job_environment: str, job_mode: Mode) -> bool:
         """True only when every action condition holds at once.
@@ -211,6 +219,8 @@ class Settings(BaseSettings):
     temporal: TemporalSettings = Field(default_factory=TemporalSettings)
     audit: AuditSettings = Field(default_factory=AuditSettings)
     clusters: list[ClusterSettings] = Field(default_factory=lambda: [ClusterSettings()])
+    # activity name -> seconds slept at its start: fault injection for crash-safety tests only
+    fault_delays: dict[str, float] = Field(default_factory=dict)
 
     @field_validator("clusters")
     @classmethod

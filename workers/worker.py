@@ -111,7 +111,7 @@ async def build_workers(settings: Settings, client: Client, *, clusters: list[Cl
     parts = [build_cluster_parts(c) for c in clusters]
     # one external attribution service per deployment: the first cluster's wins for the main queue
     external = next((p.external for p in parts if p.external is not None), None)
-    attribution = AttributionActivities(external=external, audit=audit)
+    attribution = AttributionActivities(external=external, audit=audit, delays=settings.fault_delays)
     audit_acts = AuditActivities(store=audit)
     workers = [
         Worker(
@@ -124,7 +124,7 @@ async def build_workers(settings: Settings, client: Client, *, clusters: list[Cl
     ]
     for part in parts:
         c = part.settings
-        sched = SchedulerActivities(slurm=part.slurm, logs=part.logs, metrics=part.metrics)
+        sched = SchedulerActivities(slurm=part.slurm, logs=part.logs, metrics=part.metrics, delays=settings.fault_delays)
         watch = WatchActivities(
             context=WatchContext(
                 cluster=c.name,
@@ -133,6 +133,7 @@ async def build_workers(settings: Settings, client: Client, *, clusters: list[Cl
                 scheduler_queue=c.task_queue,
                 recovery_input=recovery_input_factory(c),
                 hang_bound_s=hang_bound_factory(c),
+                watches=c.watches,
                 systemic_window_s=c.policy.systemic_window_s,
             ),
             slurm=part.slurm,

@@ -365,6 +365,7 @@ class JobRecoveryWorkflow:
                 AttributeInput(evidence=evidence, systemic_window_s=self._inp.policy.systemic_window_s),
                 result_type=AttributeOutput,
                 schedule_to_close_timeout=remaining,
+                start_to_close_timeout=min(remaining, timedelta(seconds=self._inp.watchdog.activity_timeout_s)),
                 retry_policy=SCHEDULER_RETRY,
             )
         except ActivityError as exc:
@@ -501,7 +502,7 @@ class JobRecoveryWorkflow:
                 result_type=result_type,
                 task_queue=self._inp.scheduler_queue,
                 schedule_to_close_timeout=remaining,
-                start_to_close_timeout=min(remaining, timedelta(seconds=60)),
+                start_to_close_timeout=min(remaining, timedelta(seconds=self._inp.watchdog.activity_timeout_s)),
                 retry_policy=SCHEDULER_RETRY,
             )
         except ActivityError as exc:
@@ -526,7 +527,8 @@ class JobRecoveryWorkflow:
                     JobActionInput(key=self._inp.key),
                     result_type=ActionResult,
                     task_queue=self._inp.scheduler_queue,
-                    start_to_close_timeout=timedelta(seconds=60),
+                    start_to_close_timeout=timedelta(seconds=self._inp.watchdog.activity_timeout_s),
+                    schedule_to_close_timeout=timedelta(seconds=self._inp.watchdog.action_deadline_s),
                     retry_policy=SCHEDULER_RETRY,
                 )
                 outcome += "; job released to normal scheduling"

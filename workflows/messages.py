@@ -101,9 +101,10 @@ class JobObservation(Contract):
 
 
 class WatchdogConfig(Contract):
-    mode: Mode = Mode.OBSERVE
+    mode: Mode = Mode.ACTION
     decision_deadline_s: float = 120.0
     action_deadline_s: float = 120.0
+    activity_timeout_s: float = 60.0
 
 
 class JobRecoveryInput(Contract):
