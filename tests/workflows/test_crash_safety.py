@@ -1,0 +1,196 @@
+"""Crash safety: kill -9 the worker inside each stage, restart the Temporal server, stop MySQL.
+
+In every case the recovery completes, the job's Slurm restart count rises by
+exactly one, and the audit trail holds each step once. A configured pause at
+the start of the stage's activity (`fault_delays`) gives the test the window
+to kill the worker while that activity is running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from tests.workflows.conftest import terminate_cluster_workflows
+from tests.workflows.harness import Scenario, WorkerProcess, scontrol_job, submit_training, wait_for
+from workers.devserver import start_dev_server
+from workflows.contracts import EventType
+
+pytestmark = [pytest.mark.slurm, pytest.mark.temporal, pytest.mark.slow, pytest.mark.timeout(480)]
+
+STAGES = {
+    "detect": "collect_evidence",
+    "attribute": "attribute",
+    "isolate": "exclude_nodes",
+    "restart": "release_job",
+}
+
+
+def _state(job_id: str) -> tuple[str, int]:
+    f = scontrol_job(job_id)
+    return f.get("JobState", "?"), int(f.get("Restarts", "0") or 0)
+
+
+async def _running_activity(address: str, cluster: str, job_id: str, activity: str) -> bool:
+    client = await Client.connect(address, data_converter=pydantic_data_converter)
+    async for wf in client.list_workflows(f"Cluster = '{cluster}' AND JobId = '{job_id}' AND ExecutionStatus = 'Running'"):
+        desc = await client.get_workflow_handle(wf.id).describe()
+        for pending in desc.raw_description.pending_activities:
+            if pending.activity_type.name == activity and pending.state == 2:  # STARTED
+                return True
+    return False
+
+
+def _assert_each_step_once(sc: Scenario, job_id: str) -> None:
+    entries = sc.entries(job_id)
+    steps = Counter((e.event_type, e.action) for e in entries)
+    for step in (
+        (EventType.DETECTION, None), (EventType.ADVICE, "restart_exclude"),
+        (EventType.ACTION_CONFIRMED, "requeue_hold"), (EventType.ACTION_CONFIRMED, "exclude_nodes"),
+        (EventType.ACTION_CONFIRMED, "release"), (EventType.ALLOCATION_RESTART, None), (EventType.COMPLETED, None),
+    ):
+        assert steps[step] == 1, (step, steps)
+
+
+@pytest.mark.parametrize("stage", list(STAGES))
+async def test_worker_killed_inside_a_stage_recovers_exactly_once(
+    stage: str, scenario: Scenario, worker: WorkerProcess
+) -> None:
+    activity = STAGES[stage]
+    scenario.watchdog = {"activity_timeout_s": 6.0, "decision_deadline_s": 120.0, "action_deadline_s": 120.0}
+    worker.start(fault_delays={activity: 4.0})
+    job_id = submit_training(scenario.tmp / "job", environment=scenario.environment, plan="xid,ok", fail_at=20)
+    scenario.jobs.append(job_id)
+    await wait_for(
+        lambda: _running_activity(scenario.temporal_address, scenario.cluster, job_id, activity),
+        timeout=120, what=f"{activity} running", every=0.3,
+    )
+    worker.kill9()
+    replacement = WorkerProcess(scenario, name="worker2").start(fault_delays={})
+    try:
+        await wait_for(lambda: _state(job_id) == ("COMPLETED", 1), timeout=180,
+                       what=f"job {job_id} completed after exactly one restart")
+        await wait_for(lambda: EventType.COMPLETED in scenario.kinds(job_id), timeout=30, what="completed entry")
+        _assert_each_step_once(scenario, job_id)
+    finally:
+        replacement.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_temporal_server_restart_mid_recovery(tmp_path: Path, scenario: Scenario, worker: WorkerProcess) -> None:
+    """A private dev server (its own SQLite file) is stopped while the attribute activity runs, then started again."""
+    port, ui = _free_port(), _free_port()
+    address = f"127.0.0.1:{port}"
+    server = start_dev_server(data_dir=tmp_path / "temporal", address=address, ui_port=ui)
+    scenario.temporal_address = address
+    try:
+        worker.start(fault_delays={"attribute": 5.0})
+        job_id = submit_training(scenario.tmp / "job", environment=scenario.environment, plan="xid,ok", fail_at=20)
+        scenario.jobs.append(job_id)
+        await wait_for(lambda: _running_activity(address, scenario.cluster, job_id, "attribute"), timeout=120,
+                       what="attribute running", every=0.3)
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+        await asyncio.sleep(5)
+        server = start_dev_server(data_dir=tmp_path / "temporal", address=address, ui_port=ui)
+        await wait_for(lambda: _state(job_id) == ("COMPLETED", 1), timeout=240, what="completed after one restart")
+        await wait_for(lambda: EventType.COMPLETED in scenario.kinds(job_id), timeout=60, what="completed entry")
+        _assert_each_step_once(scenario, job_id)
+    finally:
+        worker.stop()
+        await terminate_cluster_workflows(address, scenario.cluster)
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
+class PrivateMariaDB:
+    """A MariaDB server of the test's own (own datadir and port), so stopping it disturbs nobody."""
+
+    def __init__(self, root: Path) -> None:
+        self.datadir = root / "data"
+        self.port = _free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"mysql+pymysql://root@127.0.0.1:{self.port}/jobmedic"
+
+    def install(self) -> None:
+        installer = shutil.which("mariadb-install-db") or shutil.which("mysql_install_db")
+        assert installer, "mariadb-install-db is missing (deploy/up.sh mysql installs mariadb-server)"
+        subprocess.run(
+            [installer, f"--datadir={self.datadir}", "--user=root", "--auth-root-authentication-method=normal",
+             "--skip-test-db"], check=True, capture_output=True, timeout=120,
+        )
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["mariadbd", f"--datadir={self.datadir}", f"--port={self.port}", "--bind-address=127.0.0.1",
+             f"--socket={self.datadir}/mysqld.sock", f"--pid-file={self.datadir}/mysqld.pid", "--user=root",
+             "--skip-grant-tables", "--skip-log-bin"],
+            stdout=subprocess.DEVNULL, stderr=open(self.datadir.parent / "mariadb.log", "ab"),
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    break
+            except OSError:
+                time.sleep(0.2)
+        import pymysql
+
+        for _ in range(50):
+            try:
+                pymysql.connect(host="127.0.0.1", port=self.port, user="root").cursor().execute(
+                    "CREATE DATABASE IF NOT EXISTS jobmedic"
+                )
+                return
+            except pymysql.err.OperationalError:
+                time.sleep(0.2)
+        raise AssertionError("private MariaDB did not come up")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=60)
+
+
+@pytest.mark.mysql
+async def test_mysql_down_for_30s_mid_recovery_loses_no_audit_event(
+    tmp_path: Path, scenario: Scenario, worker: WorkerProcess, mysql_url: str
+) -> None:
+    db = PrivateMariaDB(tmp_path / "mariadb")
+    db.install()
+    db.start()
+    scenario.audit_url = db.url
+    try:
+        worker.start()
+        job_id = submit_training(scenario.tmp / "job", environment=scenario.environment, plan="xid,ok", fail_at=30)
+        scenario.jobs.append(job_id)
+        await wait_for(lambda: EventType.CHECKPOINT_SAVED in scenario.kinds(job_id), timeout=90,
+                       what="first checkpoint audited")
+        db.stop()  # the failure, detection, advice and actions all happen while the audit store is down
+        await asyncio.sleep(30)
+        db.start()
+        await wait_for(lambda: _state(job_id) == ("COMPLETED", 1), timeout=180, what="completed after one restart")
+        await wait_for(lambda: EventType.COMPLETED in scenario.kinds(job_id), timeout=90, what="completed entry")
+        _assert_each_step_once(scenario, job_id)
+    finally:
+        worker.stop()
+        db.stop()

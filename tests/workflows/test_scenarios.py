@@ -1,0 +1,160 @@
+"""End-to-end recovery scenarios: a real `jobmedic worker`, real Slurm jobs, the real Temporal dev server.
+
+Every test submits real sbatch jobs (the demo's training script with a plan per
+attempt) and checks what Slurm and the audit trail show afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.workflows.harness import (
+    Scenario,
+    WorkerProcess,
+    scontrol_job,
+    submit_training,
+    wait_for,
+)
+from workflows.contracts import EventType
+
+pytestmark = [pytest.mark.slurm, pytest.mark.temporal, pytest.mark.slow, pytest.mark.timeout(400)]
+
+TEMPORAL = str(Path(sys.executable).parent / "temporal")
+
+
+def _state(job_id: str) -> tuple[str, int]:
+    f = scontrol_job(job_id)
+    return f.get("JobState", "?"), int(f.get("Restarts", "0") or 0)
+
+
+def _submit(sc: Scenario, **kw) -> str:
+    job_id = submit_training(sc.tmp / "job", environment=sc.environment, **kw)
+    sc.jobs.append(job_id)
+    return job_id
+
+
+def _second_node(job_id: str, sc: Scenario) -> str:
+    out = (sc.tmp / "job" / f"train-{job_id}.out").read_text()
+    first = out.split("[demo] attempt 1 on ", 1)[1].split(" ", 1)[0]
+    return first.split(",")[1]
+
+
+async def test_host_naming_crash_is_recovered_on_other_nodes(scenario: Scenario, worker: WorkerProcess) -> None:
+    worker.start()
+    job_id = _submit(scenario, plan="xid,ok")
+    await wait_for(lambda: _state(job_id) == ("COMPLETED", 1), timeout=150, what=f"job {job_id} COMPLETED after 1 restart")
+    bad = _second_node(job_id, scenario)
+    final = scontrol_job(job_id)
+    assert bad in final.get("ExcNodeList", ""), final
+    assert bad not in final.get("NodeList", ""), final
+    entries = await wait_for(
+        lambda: [e for e in scenario.entries(job_id)] if EventType.COMPLETED in scenario.kinds(job_id) else None,
+        timeout=30, what="the completed entry",
+    )
+    advice = [e for e in entries if e.event_type is EventType.ADVICE]
+    assert len(advice) == 1 and advice[0].category == "gpu_hardware" and advice[0].implicated_nodes == [bad]
+    assert advice[0].action == "restart_exclude" and advice[0].rule == "hardware_exclude"
+    confirmed = [e.action for e in entries if e.event_type is EventType.ACTION_CONFIRMED]
+    assert confirmed == ["requeue_hold", "exclude_nodes", "release"]
+    kinds = [e.event_type for e in entries]
+    for kind in (EventType.DETECTION, EventType.ALLOCATION_RESTART, EventType.PROGRESS_RESTORED,
+                 EventType.CHECKPOINT_SAVED):
+        assert kind in kinds
+    # advice is recorded before any action is requested
+    assert kinds.index(EventType.ADVICE) < kinds.index(EventType.ACTION_REQUESTED)
+    # the CLI's views of the same trail
+    out = json.loads(scenario.cli("audit", "--job", job_id, "--format", "json").stdout)
+    assert {e["event_type"] for e in out} >= {"detection", "advice", "action_confirmed", "completed"}
+
+
+async def test_observe_mode_records_advice_and_leaves_slurm_alone(scenario: Scenario, worker: WorkerProcess) -> None:
+    scenario.mode = "observe"
+    worker.start()
+    job_id = _submit(scenario, plan="xid,ok", mode="action")  # the cluster's observe mode wins over the job's wish
+    advice = await wait_for(
+        lambda: [e for e in scenario.entries(job_id) if e.event_type is EventType.ADVICE], timeout=120, what="advice"
+    )
+    assert advice[0].action == "restart_exclude" and advice[0].mode == "observe"
+    await wait_for(lambda: _state(job_id)[0] == "FAILED", timeout=30, what="FAILED")
+    assert _state(job_id) == ("FAILED", 0)
+    kinds = scenario.kinds(job_id)
+    assert EventType.ACTION_REQUESTED not in kinds and EventType.ACTION_CONFIRMED not in kinds
+
+
+async def test_jobs_that_did_not_opt_in_are_never_touched(scenario: Scenario, worker: WorkerProcess) -> None:
+    worker.start()
+    plain = _submit(scenario, plan="xid,ok", comment="no opt-in here")
+    foreign = _submit(scenario, plan="xid,ok", comment=json.dumps({"jobmedic": {"environment": "someone-else", "mode": "action"}}))
+    witness = _submit(scenario, plan="xid,ok")  # proves the watch was looking while the others failed
+    await wait_for(lambda: _state(witness) == ("COMPLETED", 1), timeout=150, what="the opted-in witness recovered")
+    for job_id in (plain, foreign):
+        assert _state(job_id) == ("FAILED", 0)
+        assert scenario.entries(job_id) == []
+
+
+async def test_same_application_error_twice_stops_the_job(scenario: Scenario, worker: WorkerProcess) -> None:
+    worker.start()
+    job_id = _submit(scenario, plan="app", fail_at=15)
+    stopped = await wait_for(
+        lambda: [e for e in scenario.entries(job_id) if e.event_type is EventType.STOPPED], timeout=150, what="stopped"
+    )
+    advice = [e for e in scenario.entries(job_id) if e.event_type is EventType.ADVICE]
+    assert [a.rule for a in advice] == ["app_error_restart", "same_app_error_twice"]
+    assert all(a.category == "app_error" for a in advice)
+    assert stopped[0].action == "stop"
+    state, restarts = _state(job_id)
+    assert state == "CANCELLED" and restarts == 1
+
+
+async def test_no_new_checkpoint_across_attempts_stops_the_job(scenario: Scenario, worker: WorkerProcess) -> None:
+    scenario.policy = {"no_checkpoint_attempts": 2, "transient_restart_limit": 5}
+    worker.start()
+    job_id = _submit(scenario, plan="early", fail_at=15)
+    await wait_for(
+        lambda: EventType.STOPPED in scenario.kinds(job_id), timeout=150, what="the job stopped"
+    )
+    advice = [e for e in scenario.entries(job_id) if e.event_type is EventType.ADVICE]
+    assert advice[-1].rule == "no_checkpoint_progress", [a.rule for a in advice]
+    assert len(advice) == 2
+    assert _state(job_id) == ("CANCELLED", 1)
+
+
+async def test_hang_without_error_text_is_restarted(scenario: Scenario, worker: WorkerProcess) -> None:
+    scenario.hang = {"floor_s": 4.0, "default_s": 4.0, "ceiling_s": 8.0}
+    worker.start()
+    job_id = _submit(scenario, plan="hang,ok", fail_at=15)
+    await wait_for(lambda: _state(job_id) == ("COMPLETED", 1), timeout=150, what="hung job restarted and completed")
+    entries = scenario.entries(job_id)
+    detection = [e for e in entries if e.event_type is EventType.DETECTION]
+    assert detection and detection[0].detail["incident"] == "hang"
+    advice = [e for e in entries if e.event_type is EventType.ADVICE][0]
+    assert advice.category == "hang" and advice.action in {"restart", "restart_exclude"}
+
+
+async def test_pause_resume_and_stop_signals(scenario: Scenario, worker: WorkerProcess) -> None:
+    worker.start()
+    job_id = _submit(scenario, plan="xid,ok", fail_at=40)
+    await wait_for(lambda: _state(job_id)[0] == "RUNNING", timeout=60, what="RUNNING")
+    await wait_for(lambda: scenario.cli("pause", job_id, check=False).returncode == 0, timeout=30,
+                   what="the job's workflow to accept pause")
+    advice = await wait_for(
+        lambda: [e for e in scenario.entries(job_id) if e.event_type is EventType.ADVICE], timeout=120, what="advice"
+    )
+    assert advice[0].mode == "observe"  # paused: advice only
+    assert _state(job_id) == ("FAILED", 0)
+    assert EventType.ACTION_REQUESTED not in scenario.kinds(job_id)
+    status = json.loads(scenario.cli("jobs", "--json").stdout)["jobs"]
+    mine = [j for j in status if j["job_id"] == job_id]
+    assert mine and mine[0]["phase"] == "paused"
+    # the same signal through the Temporal CLI
+    wid = mine[0]["workflow_id"]
+    subprocess.run([TEMPORAL, "workflow", "signal", "--address", scenario.temporal_address, "--workflow-id", wid,
+                    "--name", "resume"], check=True, capture_output=True, timeout=30)
+    assert scenario.cli("stop", job_id).returncode == 0
+    await wait_for(lambda: EventType.STOPPED in scenario.kinds(job_id), timeout=30, what="stopped entry")
+    assert _state(job_id) == ("FAILED", 0)
