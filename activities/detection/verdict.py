@@ -1,0 +1,1012 @@
+"""Attribution: all the evidence about one job -> one verdict (root cause, implicated nodes, why).
+
+Pure code: no I/O, no clocks. `attribute(evidence)` screens the job's log window
+with the pattern catalogue, turns every flagged line into a *signal* (category,
+fault domain, severity, role, host, rank, GPU), adds signals from the
+scheduler's view (job state, reason, exit code), node states and drain reasons
+and GPU metric facts, then picks the root cause an operator would act on.
+
+How the root cause is chosen (first step that applies wins):
+
+1. A signal that condemns a GPU or node on its own (Xid 79/48/64/74/95/119/
+   120/140..., "fallen off the bus", "GPU is lost", row-remap failure,
+   uncorrectable ECC, a node DOWN in Slurm) - whatever else the log says: the
+   NCCL timeouts, CUDA errors and tracebacks on other ranks are its victims.
+   Sympathetic Xids (13, 31, 43, 45, 63, 94...) never condemn on their own.
+2. The scheduler's own reason: preemption, node failure. Its *reason* beats
+   free text: "preempted" next to a node-failure reason is a node failure, and
+   "node died" with a preemption reason is a preemption.
+3. Host OOM, then GPU OOM (a CUDA OOM reported through an NCCL WARN is still an
+   OOM): a process that runs out of memory takes its peers down with it.
+4. Software causes (CUDA errors, storage, interconnect, application, NCCL
+   errors): the earliest in the log wins; what follows it is fallout. A device
+   assert or illegal access beats the NCCL errors it causes.
+5. Communication hangs, then NCCL watchdog timeouts. Ranks that report a
+   timeout are victims; ranks that do not report (or report an older sequence
+   number, or are named by a monitored barrier) are suspects and implicate
+   their hosts.
+6. Time limit (the job was simply out of time).
+7. Symptoms only (a worker killed with SIGKILL, a ChildFailedError, a closed
+   socket): the likeliest cause behind them, with low confidence.
+8. `hang_suspected` (progress stopped while RUNNING) with no cause -> hang.
+9. Nothing -> none.
+
+Ranks map to hosts through srun `--label` task ids and the job's task layout,
+NCCL `host:pid:tid [dev]` prefixes, pdsh/syslog host prefixes and torchrun's
+failure summary. The same node failing other jobs recently raises confidence.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from activities.detection.catalogue import Catalogue, PatternSpec, load_catalogue
+from activities.detection.xid import xid_info
+from workflows.contracts import (
+    Category,
+    EvidenceLine,
+    FaultDomain,
+    Implicated,
+    JobEvidence,
+    JobInfo,
+    JobState,
+    NodeInfo,
+    Verdict,
+)
+
+MAX_LINE = 16384  # characters of one line any Python regex here ever sees
+MAX_EVIDENCE = 12
+MAX_SIGNAL_LINES = 20000  # flagged lines turned into signals (first ones and last ones kept)
+
+# ----------------------------------------------------------------------------- screening seam
+
+
+class _HitLike(Protocol):
+    pattern_id: str
+    line_no: int
+    line: str
+
+
+@dataclass
+class _FallbackHit:
+    pattern_id: str
+    line_no: int
+    line: str
+
+
+class _FallbackScreener:
+    """Python `re` over each line; used only when the real screener cannot be imported."""
+
+    def __init__(self, patterns: Sequence[PatternSpec]) -> None:
+        self._patterns = list(patterns)
+
+    def scan_lines(self, lines: Sequence[str], *, first_line_no: int = 1) -> list[_FallbackHit]:
+        hits = []
+        for i, line in enumerate(lines):
+            cut = line[:MAX_LINE]
+            for p in self._patterns:
+                if p.compiled.search(cut):
+                    hits.append(_FallbackHit(p.id, first_line_no + i, line))
+        return hits
+
+
+_SCREENERS: dict[int, tuple[Catalogue, object]] = {}
+
+
+def screener_for(catalogue: Catalogue) -> object:
+    """One screener per catalogue object (building a hyperscan database takes a moment)."""
+    cached = _SCREENERS.get(id(catalogue))
+    if cached is not None and cached[0] is catalogue:
+        return cached[1]
+    try:
+        from activities.detection.screen import Screener
+    except ImportError:  # pragma: no cover - the real screener ships with the package
+        screener: object = _FallbackScreener(catalogue.screen_patterns)
+    else:
+        screener = Screener(catalogue.screen_patterns)
+    _SCREENERS[id(catalogue)] = (catalogue, screener)
+    return screener
+
+
+# ----------------------------------------------------------------------------- line context
+
+_SYSLOG = re.compile(
+    r"^(?:<[0-9]{1,3}>)?(?:[A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2}"
+    r"|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]{8,15}(?:Z|[+-][0-9:]{4,5})?) "
+    r"([A-Za-z0-9][A-Za-z0-9._-]{0,62}) [A-Za-z0-9_./-]{1,40}(?:\[[0-9]{1,8}\])?: "
+)
+_STAMP = re.compile(
+    r"^(?:\[ {0,6}[0-9]{1,8}\.[0-9]{1,9}\] "  # dmesg
+    r"|\[[A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9][0-9] [0-9:]{8} [0-9]{4}\] "  # dmesg -T
+    r"|\[?[0-9]{4}-[0-9]{2}-[0-9]{2}[ T_][0-9:.,]{5,15}(?:Z|[+-][0-9:]{4,5})?\]?[ :|-]{0,3}"  # ISO-ish
+    r"|[A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2} )"
+)
+_MPI_TAG = re.compile(r"^\[[0-9]{1,6},([0-9]{1,6})\]<(?:stdout|stderr)>: ?")
+_TORCH_RANK = re.compile(r"^\[(?:rank|RANK) ?([0-9]{1,6})\]: ?")
+_SRUN_LABEL = re.compile(r"^ {0,6}([0-9]{1,6}): ")
+_HOST_PREFIX = re.compile(r"^([A-Za-z][A-Za-z0-9._-]{0,62}): ")
+_NCCL_PREFIX = re.compile(
+    r"(?:^|[\s\]:>])([A-Za-z0-9][A-Za-z0-9._-]{0,62}):[0-9]{1,8}:[0-9]{1,8} \[([0-9]{1,3})\] NCCL "
+)
+_RANK_BRACKET = re.compile(r"\[(?:PG [^\]]{0,80}?)?Rank ([0-9]{1,6})\]")
+_NOT_HOSTS = re.compile(
+    r"(?i)^(?:epoch|step|iter|iteration|rank|batch|layer|cuda|device|dev|loss|lr|worker|task|line|"
+    r"stage|phase|part|block|thread|proc|process|pid|error|warning|info|debug|note|node|srun|slurmstepd)[0-9_]*$"
+)
+
+
+@dataclass
+class LineContext:
+    """Who wrote a log line, as far as its prefixes tell."""
+
+    host: str | None = None
+    task: int | None = None  # Slurm task id (srun --label)
+    rank: int | None = None  # torch global rank
+    local_gpu: str | None = None  # NCCL "[dev]"
+    text: str = ""  # the line without its prefixes
+
+
+def _host_like(token: str, known: frozenset[str]) -> bool:
+    if known:
+        return token in known or token.split(".", 1)[0] in known
+    if _NOT_HOSTS.match(token) or token.endswith(("Error", "Warning", "Exception")):
+        return False
+    return any(c.isdigit() for c in token) and not token.isdigit()
+
+
+def parse_context(line: str, *, known_hosts: frozenset[str] = frozenset()) -> LineContext:
+    """Peel launcher, syslog and timestamp prefixes off `line`; read host, task, rank and GPU."""
+    ctx = LineContext()
+    text = line[:MAX_LINE]
+    for _ in range(8):
+        m = _SYSLOG.match(text)
+        if m:
+            ctx.host = ctx.host or m.group(1)
+            text = text[m.end():]
+            continue
+        m = _STAMP.match(text)
+        if m and m.end() > 0:
+            text = text[m.end():]
+            continue
+        m = _MPI_TAG.match(text)
+        if m:
+            ctx.rank = int(m.group(1)) if ctx.rank is None else ctx.rank
+            text = text[m.end():]
+            continue
+        m = _TORCH_RANK.match(text)
+        if m:
+            ctx.rank = int(m.group(1)) if ctx.rank is None else ctx.rank
+            text = text[m.end():]
+            continue
+        m = _SRUN_LABEL.match(text)
+        if m:
+            ctx.task = int(m.group(1)) if ctx.task is None else ctx.task
+            text = text[m.end():]
+            continue
+        m = _HOST_PREFIX.match(text)
+        if m and _host_like(m.group(1), known_hosts):
+            ctx.host = ctx.host or m.group(1)
+            text = text[m.end():]
+            continue
+        break
+    m = _NCCL_PREFIX.search(text)
+    if m:
+        ctx.host = ctx.host or m.group(1)
+        ctx.local_gpu = m.group(2)
+    m = _RANK_BRACKET.search(text)
+    if m and ctx.rank is None:
+        ctx.rank = int(m.group(1))
+    ctx.text = text
+    return ctx
+
+
+# ----------------------------------------------------------------------------- signals
+
+
+@dataclass
+class Signal:
+    """One piece of evidence, classified."""
+
+    category: Category
+    fault_domain: FaultDomain
+    severity: str
+    role: str  # cause | symptom | scheduler
+    condemns: bool
+    source: str  # log | scheduler | node | metrics
+    line: str
+    line_no: int | None = None
+    pattern_id: str | None = None
+    host: str | None = None
+    rank: int | None = None
+    task: int | None = None
+    gpu: str | None = None
+    fields: dict[str, str] = field(default_factory=dict)
+    note: str = ""
+    text: str = ""  # the line without prefixes (for the signature)
+    order: int = 0  # position in the log (scheduler facts come last)
+
+    @property
+    def strong(self) -> bool:
+        return self.severity in {"fatal", "error"}
+
+
+_GENERIC = {"python_exception", "cuda_error_generic", "nccl_error_generic", "connection_reset_generic"}
+_STRUCTURE = {"python_traceback", "elastic_failure_field"}
+# exception types that report a failure elsewhere rather than being one
+_SYMPTOM_EXCEPTIONS = {
+    "KeyboardInterrupt", "SystemExit", "SignalException", "ChildFailedError", "DistBackendError",
+    "DistNetworkError", "DistStoreError", "DistError", "ConnectionResetError", "BrokenPipeError",
+    "ConnectionAbortedError", "ProcessExitedException", "ProcessRaisedException", "CalledProcessError",
+    "RendezvousClosedError", "RendezvousTimeoutError", "TimeoutError", "CancelledError",
+}
+_NUMERIC_MESSAGE = re.compile(r"^[\s0-9.,eE+\-%:=/()]*$")
+_SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
+
+
+def _cat(value: str) -> Category:
+    return Category(value)
+
+
+class _Builder:
+    """Turns flagged lines and facts into signals; keeps the rank/host bookkeeping."""
+
+    def __init__(self, evidence: JobEvidence, catalogue: Catalogue) -> None:
+        self.evidence = evidence
+        self.catalogue = catalogue
+        self.specs = catalogue.by_id()
+        self.benign = catalogue.benign_patterns
+        job = evidence.job
+        hosts = list(job.nodes) if job else []
+        if job:
+            hosts += [h for h in job.layout.nodes if h not in hosts]
+        self.known_hosts = frozenset(hosts)
+        self.layout = job.layout if job else None
+        self.signals: list[Signal] = []
+        self.benign_lines = 0
+        self.elastic: list[dict[str, str]] = []  # torchrun failure summaries, in order
+        self.tracebacks: dict[tuple, int] = {}  # source key -> line of the last "Traceback" start
+        self.rank_host: dict[int, str] = {}  # learnt from lines naming both
+
+    # --------------------------------------------------------------- log lines
+
+    def add_log(self, numbered: Sequence[tuple[int, str]], hits: Iterable[_HitLike]) -> None:
+        by_line: dict[int, list[str]] = {}
+        for hit in hits:
+            ids = by_line.setdefault(hit.line_no, [])
+            if hit.pattern_id not in ids:
+                ids.append(hit.pattern_id)
+        text_of = dict(numbered)
+        line_nos = sorted(by_line)
+        if len(line_nos) > MAX_SIGNAL_LINES:  # hostile volume: keep the start and the end
+            half = MAX_SIGNAL_LINES // 2
+            line_nos = line_nos[:half] + line_nos[-half:]
+        for order, line_no in enumerate(line_nos):
+            line = text_of.get(line_no, "")[:MAX_LINE]
+            self._add_line(line_no, line, by_line[line_no], order)
+
+    def _add_line(self, line_no: int, line: str, ids: list[str], order: int) -> None:
+        specs = [self.specs[i] for i in ids if i in self.specs]
+        if any(s.benign for s in specs) or any(b.matches(line) for b in self.benign):
+            self.benign_lines += 1
+            return
+        specs = [s for s in specs if not s.benign]
+        if not specs:
+            return
+        ctx = parse_context(line, known_hosts=self.known_hosts)
+        key = (ctx.host, ctx.task, ctx.rank)
+        specific = [s for s in specs if s.id not in _GENERIC and s.id not in _STRUCTURE]
+        if specific:
+            specs = [s for s in specs if s.id not in _GENERIC]
+        elif any(s.id != "python_exception" for s in specs if s.id in _GENERIC):
+            specs = [s for s in specs if s.id != "python_exception"]
+        for spec in specs:
+            if spec.id == "python_traceback":
+                self.tracebacks[key] = line_no
+                continue
+            fields = spec.extract_fields(line)
+            if spec.id == "elastic_failure_field":
+                self._elastic_field(fields, line_no)
+                continue
+            sig = self._signal(spec, line, line_no, ctx, fields, order)
+            if sig is not None:
+                self.signals.append(sig)
+
+    def _signal(
+        self, spec: PatternSpec, line: str, line_no: int, ctx: LineContext, fields: dict[str, str], order: int
+    ) -> Signal | None:
+        sig = Signal(
+            category=spec.category, fault_domain=spec.fault_domain, severity=spec.severity, role=spec.role,
+            condemns=spec.condemns, source="log", line=line, line_no=line_no, pattern_id=spec.id,
+            host=self._norm_host(fields.get("host") or ctx.host), task=ctx.task, rank=ctx.rank,
+            fields=fields, text=ctx.text, order=order,
+        )
+        if "rank" in fields:
+            sig.rank = int(fields["rank"])
+        if "tasks" in fields:
+            first = re.match(r"[0-9]+", fields["tasks"])
+            if first:
+                sig.task = int(first.group(0))
+        if sig.rank is not None and sig.host and (ctx.host or "host" in fields):
+            self.rank_host.setdefault(sig.rank, sig.host)
+        pci = fields.get("pci")
+        if pci:
+            sig.gpu = f"{sig.host}:{pci.lower()}" if sig.host else pci.lower()
+        elif ctx.local_gpu is not None and sig.host:
+            sig.gpu = f"{sig.host}:{ctx.local_gpu}"
+        if spec.id == "nvrm_xid" and fields.get("xid"):
+            info = xid_info(int(fields["xid"]))
+            sig.category, sig.fault_domain = _cat(info.category), FaultDomain(info.fault_domain)
+            sig.severity, sig.condemns = info.severity, info.condemns
+            sig.note = f"Xid {info.code} ({info.name}): {info.meaning}; action: {info.action}"
+        elif spec.id == "python_exception":
+            return self._exception(sig, ctx, line_no)
+        elif spec.id == "srun_task_exit_code" and fields.get("exit_code") == str(self._dnr_code()):
+            sig.role, sig.severity = "cause", "fatal"
+            sig.note = f"exit code {fields['exit_code']}: the application asked not to be restarted"
+        elif spec.id == "nvswitch_sxid" and fields.get("fatality") == "Fatal":
+            return None  # nvswitch_sxid_fatal carries it
+        elif spec.id == "dataloader_killed" and fields.get("signal", "").strip() == "Bus error":
+            sig.note = "the worker died of SIGBUS: /dev/shm is too small for the DataLoader"
+        return sig
+
+    def _exception(self, sig: Signal, ctx: LineContext, line_no: int) -> Signal | None:
+        exc = sig.fields.get("exc_type", "")
+        message = sig.fields.get("message", "") or ""
+        short = exc.rsplit(".", 1)[-1]
+        if message and _NUMERIC_MESSAGE.match(message):
+            return None  # "ValError: 0.12" is a metric, not an exception
+        key = (ctx.host, ctx.task, ctx.rank)
+        started = self.tracebacks.get(key)
+        if short in _SYMPTOM_EXCEPTIONS:
+            sig.role, sig.severity = "symptom", "warning"
+        elif started is None:
+            sig.role = "symptom"  # an exception printed without a traceback (logged, maybe handled)
+        sig.note = f"{exc}: {message}".strip() if message else exc
+        return sig
+
+    def _elastic_field(self, fields: dict[str, str], line_no: int) -> None:
+        if not self.elastic or ("host" in fields and "host" in self.elastic[-1]) or (
+            "rank" in fields and "rank" in self.elastic[-1]
+        ):
+            self.elastic.append({"line_no": str(line_no)})
+        self.elastic[-1].update(fields)
+
+    def _dnr_code(self) -> int:
+        return 93
+
+    def _norm_host(self, host: str | None) -> str | None:
+        if not host:
+            return None
+        if self.known_hosts and host not in self.known_hosts:
+            short = host.split(".", 1)[0]
+            if short in self.known_hosts:
+                return short
+        return host
+
+    # --------------------------------------------------------------- torchrun summaries
+
+    def add_elastic(self) -> None:
+        """torchrun's 'Root Cause' blocks: the first one names the first failed worker."""
+        for entry in self.elastic[:4]:
+            code = entry.get("exitcode")
+            if code is None:
+                continue
+            exitcode = int(code)
+            host = self._norm_host(entry.get("host"))
+            rank = int(entry["rank"]) if entry.get("rank") else None
+            signum = -exitcode if exitcode < 0 else (int(entry["signal"]) if entry.get("signal") else None)
+            if signum == 9:
+                cat, dom, sev, note = Category.HOST_OOM, FaultDomain.RESOURCE, "error", "killed by SIGKILL (usually the OOM killer)"
+            elif signum == 7:
+                cat, dom, sev, note = Category.HOST_OOM, FaultDomain.RESOURCE, "error", "killed by SIGBUS (shared memory exhausted)"
+            elif signum == 11:
+                cat, dom, sev, note = Category.APP_ERROR, FaultDomain.APPLICATION, "error", "crashed with SIGSEGV"
+            elif signum in (6, 15, 2, 1):
+                cat, dom, sev, note = Category.APP_ERROR, FaultDomain.APPLICATION, "warning", f"ended by {_SIGNALS[signum]}"
+            else:
+                cat, dom, sev, note = Category.APP_ERROR, FaultDomain.APPLICATION, "error", f"exited with code {exitcode}"
+            if exitcode == self._dnr_code():
+                sev, note = "fatal", f"exit code {exitcode}: the application asked not to be restarted"
+            self.signals.append(Signal(
+                category=cat, fault_domain=dom, severity=sev, role="cause" if sev == "fatal" else "symptom",
+                condemns=False, source="log", line=f"torchrun root cause: host {host} rank {rank} exitcode {exitcode}",
+                line_no=int(entry["line_no"]), pattern_id="elastic_failure_field", host=host, rank=rank,
+                note=f"worker {note}", order=10**8,
+            ))
+
+    # --------------------------------------------------------------- scheduler, nodes, metrics
+
+    def add_job(self, job: JobInfo) -> None:
+        def fact(cat: Category, dom: FaultDomain, sev: str, text: str, *, role: str = "scheduler") -> None:
+            self.signals.append(Signal(
+                category=cat, fault_domain=dom, severity=sev, role=role, condemns=False, source="scheduler",
+                line=text, order=10**9,
+            ))
+
+        state, reason = job.state, (job.reason or "")
+        described = f"job {job.job_id} state {state.value}" + (f", reason {reason}" if reason else "")
+        if job.exit_code is not None:
+            described += f", exit code {job.exit_code}"
+        lowered = reason.lower().replace("_", "").replace(" ", "")
+        if state in (JobState.TIMEOUT, JobState.DEADLINE) or "timelimit" in lowered:
+            fact(Category.TIME_LIMIT, FaultDomain.SCHEDULER, "fatal", described)
+        if state in (JobState.NODE_FAIL, JobState.BOOT_FAIL) or "nodefail" in lowered or "nodedown" in lowered:
+            fact(Category.NODE_FAILURE, FaultDomain.NODE, "fatal", described)
+        if state == JobState.PREEMPTED or "preempt" in lowered:
+            fact(Category.PREEMPTED, FaultDomain.SCHEDULER, "fatal", described)
+        if state == JobState.OUT_OF_MEMORY or "outofmemory" in lowered:
+            fact(Category.HOST_OOM, FaultDomain.RESOURCE, "fatal", described, role="cause")
+        if job.exit_code == self._dnr_code():
+            fact(Category.APP_ERROR, FaultDomain.APPLICATION, "fatal",
+                 described + " (the application asked not to be restarted)", role="cause")
+
+    def add_nodes(self, nodes: Sequence[NodeInfo]) -> None:
+        job_nodes = self.known_hosts
+        for node in nodes:
+            if job_nodes and node.name not in job_nodes:
+                continue
+            down = node.state in {"DOWN", "FAIL", "FAILING"} or "NOT_RESPONDING" in node.flags
+            reason = node.reason or ""
+            ours = node.drained_by_jobmedic
+            text = f"node {node.name} {node.state}{'+' + '+'.join(node.flags) if node.flags else ''}"
+            if reason:
+                text += f" reason: {reason}"
+            gpu = _gpu_words(reason)
+            if gpu is not None and (node.drained or down) and not ours:
+                cat, dom, sev, condemns, note = gpu
+                self.signals.append(Signal(cat, dom, sev, "scheduler", condemns, "node", text, host=node.name,
+                                           note=note, order=10**9))
+            elif down:
+                self.signals.append(Signal(Category.NODE_FAILURE, FaultDomain.NODE, "fatal", "scheduler", True,
+                                           "node", text, host=node.name, order=10**9))
+            elif node.drained and not ours:
+                self.signals.append(Signal(Category.NODE_FAILURE, FaultDomain.NODE, "warning", "symptom", False,
+                                           "node", text, host=node.name, order=10**9))
+
+    def add_metrics(self, facts: Sequence[EvidenceLine]) -> None:
+        for fact in facts:
+            text = fact.line[:MAX_LINE]
+            gpu = _gpu_words(text)
+            host = self._norm_host(fact.host)
+            if gpu is not None:
+                cat, dom, sev, condemns, note = gpu
+            elif re.search(r"(?i)nvlink.{0,40}(error|crc|replay|recovery|down)", text):
+                cat, dom, sev, condemns, note = Category.INTERCONNECT, FaultDomain.HARDWARE, "warning", False, "NVLink errors"
+            else:
+                continue
+            self.signals.append(Signal(cat, dom, sev, "cause", condemns, "metrics", text, host=host,
+                                       pattern_id=fact.pattern_id, note=note, order=10**9))
+
+    # --------------------------------------------------------------- hosts of ranks
+
+    def resolve_hosts(self) -> None:
+        ranks = [s.rank for s in self.signals if s.rank is not None]
+        world = max(ranks) + 1 if ranks else 0
+        for sig in self.signals:
+            if sig.host:
+                continue
+            if sig.task is not None and self.layout is not None:
+                sig.host = self.layout.node_of_rank(sig.task)
+            if not sig.host and sig.rank is not None:
+                sig.host = self.rank_host.get(sig.rank) or self._host_of_rank(sig.rank, world)
+            if not sig.host and len(self.known_hosts) == 1 and sig.source == "log":
+                sig.host = next(iter(self.known_hosts))
+
+    def host_of_rank(self, rank: int) -> str | None:
+        ranks = [s.rank for s in self.signals if s.rank is not None]
+        world = max(ranks + [rank]) + 1
+        return self.rank_host.get(rank) or self._host_of_rank(rank, world)
+
+    def _host_of_rank(self, rank: int, world: int) -> str | None:
+        layout = self.layout
+        if layout is None or not layout.nodes:
+            return None
+        total = sum(layout.tasks_per_node) if len(layout.tasks_per_node) == len(layout.nodes) else 0
+        if total and world <= total:
+            return layout.node_of_rank(rank)
+        # one Slurm task per node running torchrun: global ranks are blocks of ranks per node
+        per_node = max(1, math.ceil(max(world, rank + 1) / len(layout.nodes)))
+        index = rank // per_node
+        return layout.nodes[index] if index < len(layout.nodes) else None
+
+
+def _gpu_words(text: str) -> tuple[Category, FaultDomain, str, bool, str] | None:
+    """GPU trouble named in free text (a drain reason, a metric fact)."""
+    m = re.search(r"(?i)xid[ _:=(]{0,3}(?:code[ :=]{0,3})?([0-9]{1,4})", text)
+    if m:
+        info = xid_info(int(m.group(1)))
+        return (_cat(info.category), FaultDomain(info.fault_domain), info.severity, info.condemns,
+                f"Xid {info.code} ({info.name}); action: {info.action}")
+    if re.search(r"(?i)(double[ _-]?bit|\bdbe\b|ecc_dbe|uncorrectable ecc|row[ _-]?remap[a-z_ ]{0,12}fail|"
+                 r"fallen off the bus|gpu is lost|gpu (lost|dead|missing))", text):
+        return Category.GPU_HARDWARE, FaultDomain.HARDWARE, "fatal", True, "GPU hardware fault"
+    return None
+
+
+# ----------------------------------------------------------------------------- the decision
+
+_SOFTWARE = (Category.CUDA_ERROR, Category.DATA_IO, Category.INTERCONNECT, Category.APP_ERROR, Category.NCCL_ERROR)
+_SOFTWARE_TIE = {c: i for i, c in enumerate(_SOFTWARE)}
+_CONDEMN_ORDER = (Category.GPU_HARDWARE, Category.INTERCONNECT, Category.NODE_FAILURE)
+_SYMPTOM_ORDER = (
+    Category.HOST_OOM, Category.NODE_FAILURE, Category.PREEMPTED, Category.GPU_OOM, Category.DATA_IO,
+    Category.CUDA_ERROR, Category.APP_ERROR, Category.INTERCONNECT, Category.NCCL_ERROR, Category.NCCL_TIMEOUT,
+    Category.GPU_HARDWARE, Category.HANG, Category.TIME_LIMIT,
+)
+# categories whose fault lies with a node, so implicating its host is meaningful
+_HOST_CATEGORIES = {
+    Category.GPU_HARDWARE, Category.INTERCONNECT, Category.NODE_FAILURE, Category.HOST_OOM,
+    Category.DATA_IO, Category.NCCL_TIMEOUT, Category.NCCL_ERROR, Category.HANG, Category.CUDA_ERROR,
+}
+_SIGNED = {Category.APP_ERROR, Category.CUDA_ERROR, Category.GPU_OOM, Category.DATA_IO}
+
+
+@dataclass
+class _Choice:
+    category: Category
+    signals: list[Signal]
+    base: float
+    why: str = ""
+    hosts: list[str] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)
+    victims: list[Signal] = field(default_factory=list)
+
+
+def _first(signals: Iterable[Signal]) -> Signal | None:
+    return min(signals, key=lambda s: (s.order, s.line_no or 0), default=None)
+
+
+def _choose(b: _Builder, evidence: JobEvidence) -> _Choice:
+    sigs = b.signals
+    strong = [s for s in sigs if s.strong and s.role in ("cause", "scheduler")]
+    job = evidence.job
+    job_failed = job is not None and (job.state.failed or (job.exit_code or 0) != 0)
+
+    # 1. condemning hardware/node evidence
+    condemning = [s for s in strong if s.condemns]
+    if condemning:
+        for cat in _CONDEMN_ORDER + tuple(Category):
+            chosen = [s for s in condemning if s.category == cat]
+            if chosen:
+                return _Choice(cat, chosen, 0.9)
+
+    sched = {c: [s for s in strong if s.role == "scheduler" and s.category == c] for c in Category}
+    node_auth = sched[Category.NODE_FAILURE]
+    preempt_auth = sched[Category.PREEMPTED]
+    # 2. the scheduler's reason beats the words around it
+    if preempt_auth and node_auth:
+        nodefail_state = job is not None and job.state == JobState.NODE_FAIL
+        node_lines = [s for s in node_auth if s.source in ("log", "node")]
+        if nodefail_state or node_lines:
+            return _Choice(Category.NODE_FAILURE, node_auth, 0.85,
+                           why="the scheduler gives a node failure as the reason; the preemption wording is its side effect")
+        return _Choice(Category.PREEMPTED, preempt_auth, 0.85)
+    if preempt_auth:
+        words = [s for s in sigs if s.category == Category.NODE_FAILURE and s.role == "symptom"]
+        why = "the scheduler's reason is preemption; the 'node died' messages are how the ranks saw it" if words else ""
+        return _Choice(Category.PREEMPTED, preempt_auth, 0.9, why=why)
+    if node_auth:
+        return _Choice(Category.NODE_FAILURE, node_auth, 0.85)
+
+    # signals after the scheduler ended the job are fallout of it
+    cutoff = min((s.line_no for s in sched[Category.TIME_LIMIT] if s.line_no is not None), default=None)
+    timeout_state_only = bool(sched[Category.TIME_LIMIT]) and cutoff is None
+
+    def before_cutoff(s: Signal) -> bool:
+        return cutoff is None or s.line_no is None or s.line_no < cutoff
+
+    causes = [s for s in strong if s.role == "cause" and before_cutoff(s)]
+    if timeout_state_only:
+        # a job that ran out of time prints kill noise; only resource and device failures outrank it
+        causes = [s for s in causes if s.category in (
+            Category.GPU_HARDWARE, Category.HOST_OOM, Category.GPU_OOM, Category.CUDA_ERROR, Category.DATA_IO)]
+
+    # 3. memory
+    for cat, base in ((Category.HOST_OOM, 0.85), (Category.GPU_OOM, 0.9)):
+        chosen = [s for s in causes if s.category == cat]
+        if chosen:
+            return _Choice(cat, chosen, base)
+
+    # non-condemning hardware (contained ECC) is still the reason the process died
+    hw = [s for s in causes if s.category == Category.GPU_HARDWARE]
+    if hw:
+        return _Choice(Category.GPU_HARDWARE, hw, 0.75)
+
+    # 4. software causes: the earliest wins
+    software = [s for s in causes if s.category in _SOFTWARE]
+    if software:
+        first = min(software, key=lambda s: (s.order, _SOFTWARE_TIE[s.category]))
+        chosen = [s for s in software if s.category == first.category]
+        base = 0.85 if first.severity == "fatal" else 0.75
+        return _Choice(first.category, chosen, base)
+
+    # 5. hangs, then NCCL timeouts
+    hang = [s for s in causes if s.category == Category.HANG]
+    if hang:
+        return _Choice(Category.HANG, hang, 0.75)
+    timeouts = [s for s in causes if s.category == Category.NCCL_TIMEOUT]
+    if timeouts and not (sched[Category.TIME_LIMIT] and evidence.hang_suspected):
+        return _nccl_timeout_choice(b, timeouts, evidence)
+
+    # 6. out of time
+    if sched[Category.TIME_LIMIT]:
+        if evidence.hang_suspected:
+            return _Choice(Category.HANG, sched[Category.TIME_LIMIT], 0.7,
+                           why="progress had stopped before the time limit ended the job")
+        return _Choice(Category.TIME_LIMIT, sched[Category.TIME_LIMIT], 0.9)
+
+    # 7. symptoms only (and, for a job known to have failed, warnings)
+    weak = [s for s in sigs if s.role in ("symptom", "cause") and s.severity in ("fatal", "error")]
+    if job_failed:
+        weak += [s for s in sigs if s.severity == "warning" and s.category != Category.NONE]
+    weak = [s for s in weak if before_cutoff(s)]
+    for cat in _SYMPTOM_ORDER:
+        chosen = [s for s in weak if s.category == cat]
+        if chosen:
+            if cat == Category.NCCL_TIMEOUT:
+                choice = _nccl_timeout_choice(b, chosen, evidence)
+                choice.base = 0.5
+                return choice
+            return _Choice(cat, chosen, 0.5, why="only indirect signs point this way")
+
+    # 8. a hang without words
+    if evidence.hang_suspected:
+        return _Choice(Category.HANG, [], 0.6, hosts=sorted(set(evidence.straggler_hosts)))
+    return _Choice(Category.NONE, [], 0.0)
+
+
+def _nccl_timeout_choice(b: _Builder, timeouts: list[Signal], evidence: JobEvidence) -> _Choice:
+    """Victims report the timeout; the rank that did not (or is behind) is the suspect."""
+    seq_of: dict[int, int] = {}
+    hosts_reporting: set[str] = set()
+    suspects: set[int] = set()
+    for s in timeouts:
+        if s.fields.get("suspect_rank"):
+            suspects.add(int(s.fields["suspect_rank"]))
+            continue
+        if s.host:
+            hosts_reporting.add(s.host)
+        if s.rank is None:
+            continue
+        seq = s.fields.get("seq")
+        if seq is not None:
+            seq_of[s.rank] = min(int(seq), seq_of.get(s.rank, int(seq)))
+        else:
+            seq_of.setdefault(s.rank, -1)
+    reporters = set(seq_of)
+    known_seqs = {r: q for r, q in seq_of.items() if q >= 0}
+    if len(set(known_seqs.values())) > 1:
+        newest = max(known_seqs.values())
+        suspects |= {r for r, q in known_seqs.items() if q < newest}
+    if not suspects and len(reporters) >= 2:
+        world = _world_size(evidence.job, reporters)
+        silent = set(range(world)) - reporters
+        if silent and len(silent) <= max(1, world // 4) and len(silent) < len(reporters):
+            suspects |= silent
+    hosts: set[str] = set()
+    for r in suspects:
+        h = b.host_of_rank(r)
+        if h:
+            hosts.add(h)
+    if not suspects and len(hosts_reporting) >= 2 and len(b.known_hosts) > len(hosts_reporting):
+        silent_hosts = set(b.known_hosts) - hosts_reporting
+        if len(silent_hosts) == 1:
+            hosts |= silent_hosts
+    why = ""
+    if suspects or hosts:
+        named = ", ".join(str(r) for r in sorted(suspects)) or "none identified"
+        why = (f"{len(reporters)} rank(s) reported the timeout (victims); suspect rank(s): {named}"
+               f"{' on ' + ', '.join(sorted(hosts)) if hosts else ''}")
+    elif reporters:
+        why = f"{len(reporters)} rank(s) reported the timeout and none stands out as the one that never arrived"
+    base = 0.7 if (suspects or hosts) else 0.6
+    return _Choice(Category.NCCL_TIMEOUT, timeouts, base, why=why, hosts=sorted(hosts), ranks=sorted(suspects))
+
+
+def _world_size(job: JobInfo | None, reporters: set[int]) -> int:
+    seen = max(reporters) + 1
+    if job is not None:
+        layout_total = sum(job.layout.tasks_per_node) if job.layout.tasks_per_node else 0
+        if layout_total >= seen:
+            return layout_total
+        if job.num_tasks and job.num_tasks >= seen:
+            return job.num_tasks
+    return seen
+
+
+# ----------------------------------------------------------------------------- signature
+
+
+_NORMALISE = [
+    (re.compile(r"0x[0-9a-fA-F]+"), "<hex>"),
+    (re.compile(r"\b[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-9])?\b"), "<pci>"),
+    (re.compile(r"\b[0-9]{1,3}(?:\.[0-9]{1,3}){3}(?::[0-9]+|<[0-9]+>)?"), "<ip>"),
+    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "<uuid>"),
+    (re.compile(r"[0-9]+"), "#"),
+    (re.compile(r"\s+"), " "),
+]
+
+
+def normalise_error_text(text: str, *, hosts: Iterable[str] = ()) -> str:
+    """The error text with hosts, addresses and numbers stripped, so two attempts compare equal."""
+    out = text[:2000]
+    for host in sorted(set(hosts), key=len, reverse=True):
+        if host:
+            out = out.replace(host, "<host>")
+    out = re.sub(r"\b[a-z][a-z0-9-]*[0-9][a-z0-9-]*(?:\.[a-z0-9.-]+)?\b", "<host>", out)
+    for rx, repl in _NORMALISE:
+        out = rx.sub(repl, out)
+    return out.strip()
+
+
+def _signature(category: Category, primary: Signal | None, hosts: Iterable[str]) -> str | None:
+    if category not in _SIGNED or primary is None:
+        return None
+    text = primary.note if primary.pattern_id == "python_exception" and primary.note else (primary.text or primary.line)
+    norm = normalise_error_text(text, hosts=hosts)
+    if not norm:
+        return None
+    return hashlib.sha256(f"{category.value}|{norm}".encode()).hexdigest()[:16]
+
+
+# ----------------------------------------------------------------------------- public API
+
+
+def attribute(evidence: JobEvidence, *, catalogue: Catalogue | None = None) -> Verdict:
+    """The verdict for one job from everything known about it (pure; never raises on odd input)."""
+    first = evidence.log_first_line_no
+    numbered = [(first + i, line) for i, line in enumerate(evidence.log_lines)]
+    return attribute_lines(evidence, numbered, catalogue=catalogue)
+
+
+def attribute_lines(
+    evidence: JobEvidence,
+    numbered_lines: Sequence[tuple[int, str]],
+    *,
+    catalogue: Catalogue | None = None,
+    hits: Iterable[_HitLike] | None = None,
+) -> Verdict:
+    """Like `attribute`, for a sparse set of (line number, line) pairs, e.g. only the flagged lines of a big file.
+
+    `evidence.log_lines` is ignored here. Pass `hits` when the lines were screened already.
+    """
+    catalogue = catalogue or load_catalogue()
+    if hits is None:
+        hits = _screen_numbered(catalogue, numbered_lines)
+    b = _Builder(evidence, catalogue)
+    b.add_log(numbered_lines, hits)
+    b.add_elastic()
+    if evidence.job is not None:
+        b.add_job(evidence.job)
+    b.add_nodes(evidence.nodes)
+    b.add_metrics(evidence.metric_facts)
+    b.resolve_hosts()
+    choice = _choose(b, evidence)
+    return _verdict(b, choice, evidence, catalogue)
+
+
+def _screen_numbered(catalogue: Catalogue, numbered: Sequence[tuple[int, str]]) -> list[_HitLike]:
+    screener = screener_for(catalogue)
+    lines = [line[:MAX_LINE] for _, line in numbered]
+    raw = screener.scan_lines(lines, first_line_no=0)  # type: ignore[attr-defined]
+    out: list[_HitLike] = []
+    for hit in raw:
+        index = hit.line_no
+        if 0 <= index < len(numbered):
+            out.append(_FallbackHit(hit.pattern_id, numbered[index][0], numbered[index][1]))
+    return out
+
+
+def _verdict(b: _Builder, choice: _Choice, evidence: JobEvidence, catalogue: Catalogue) -> Verdict:
+    cat = choice.category
+    sigs = sorted(choice.signals, key=lambda s: (s.order, s.line_no or 0))
+    if cat == Category.NONE:
+        return _none_verdict(b, evidence)
+    primary = _primary(cat, sigs, b)
+    domain = primary.fault_domain if primary else _default_domain(cat)
+    # the scheduler said it; the scheduler's own domain is not the interesting one for node failures
+    if cat == Category.NODE_FAILURE:
+        domain = FaultDomain.HARDWARE if any(s.fault_domain == FaultDomain.HARDWARE for s in sigs) else FaultDomain.NODE
+    if cat == Category.HANG:
+        domain = FaultDomain.UNKNOWN
+    hosts: set[str] = set(choice.hosts)
+    ranks: set[int] = set(choice.ranks)
+    gpus: set[str] = set()
+    if cat == Category.NCCL_TIMEOUT:
+        pass  # suspects only; reporters are victims
+    elif cat in _HOST_CATEGORIES and not (cat == Category.CUDA_ERROR and domain == FaultDomain.APPLICATION):
+        for s in sigs:
+            if cat == Category.GPU_HARDWARE and not s.condemns and any(x.condemns for x in sigs):
+                continue
+            if s.host:
+                hosts.add(s.host)
+    for s in sigs:
+        if s.rank is not None and cat != Category.NCCL_TIMEOUT and s.role != "scheduler":
+            ranks.add(s.rank)
+        if s.gpu and cat in (Category.GPU_HARDWARE, Category.CUDA_ERROR, Category.GPU_OOM, Category.INTERCONNECT):
+            gpus.add(s.gpu)
+    if cat == Category.HANG:
+        hosts |= set(evidence.straggler_hosts)
+    if cat in (Category.NODE_FAILURE,) and not hosts:
+        hosts |= {s.host for s in b.signals if s.source == "node" and s.category == cat and s.host}
+    if cat in (Category.NCCL_TIMEOUT, Category.NCCL_ERROR, Category.HANG, Category.INTERCONNECT) and not hosts:
+        repeat = [h for h in sorted(b.known_hosts) if evidence.node_failure_counts.get(h, 0) >= 2]
+        if len(repeat) == 1:
+            hosts.add(repeat[0])
+            choice.why = (choice.why + "; " if choice.why else "") + (
+                f"{repeat[0]} failed {evidence.node_failure_counts[repeat[0]]} other jobs recently")
+    confidence = _confidence(choice, b, evidence, hosts)
+    evidence_lines = _evidence_lines(cat, sigs, b)
+    explanation = _explain(cat, domain, primary, choice, sigs, b, evidence, sorted(hosts), sorted(ranks), catalogue)
+    return Verdict(
+        category=cat,
+        fault_domain=domain,
+        implicated=Implicated(hosts=sorted(hosts), ranks=sorted(ranks), gpus=sorted(gpus)),
+        confidence=round(confidence, 3),
+        evidence=evidence_lines,
+        explanation=explanation,
+        deterministic_signature=_signature(cat, primary, b.known_hosts | hosts),
+    )
+
+
+def _primary(cat: Category, sigs: list[Signal], b: _Builder) -> Signal | None:
+    if not sigs:
+        return None
+    if cat == Category.APP_ERROR:
+        # the last exception of the first process that failed is what it died of
+        exceptions = [s for s in sigs if s.pattern_id == "python_exception" and s.role == "cause"]
+        if exceptions:
+            by_source: dict[tuple, Signal] = {}
+            for s in exceptions:
+                by_source[(s.host, s.task, s.rank)] = s  # later ones replace earlier ones
+            return min(by_source.values(), key=lambda s: s.order)
+        fatal = [s for s in sigs if s.severity == "fatal"]
+        return (fatal or sigs)[0]
+    fatal = [s for s in sigs if s.severity == "fatal" or s.condemns]
+    return (fatal or sigs)[0]
+
+
+def _default_domain(cat: Category) -> FaultDomain:
+    return {
+        Category.TIME_LIMIT: FaultDomain.SCHEDULER, Category.PREEMPTED: FaultDomain.SCHEDULER,
+        Category.NODE_FAILURE: FaultDomain.NODE, Category.HOST_OOM: FaultDomain.RESOURCE,
+        Category.GPU_OOM: FaultDomain.RESOURCE, Category.APP_ERROR: FaultDomain.APPLICATION,
+        Category.GPU_HARDWARE: FaultDomain.HARDWARE, Category.INTERCONNECT: FaultDomain.NETWORK,
+    }.get(cat, FaultDomain.UNKNOWN)
+
+
+def _confidence(choice: _Choice, b: _Builder, evidence: JobEvidence, hosts: set[str]) -> float:
+    conf = choice.base
+    sigs = choice.signals
+    distinct = {(s.source, s.line_no) for s in sigs}
+    conf += min(0.06, 0.02 * (len(distinct) - 1)) if distinct else 0
+    sources = {s.source for s in sigs}
+    if len(sources) > 1:
+        conf += 0.05
+    if hosts and any(s.host in hosts for s in sigs):
+        conf += 0.02
+    if any(evidence.node_failure_counts.get(h, 0) >= 2 for h in hosts):
+        conf += 0.08
+    job = evidence.job
+    if job is not None and job.state == JobState.COMPLETED and (job.exit_code or 0) == 0:
+        conf -= 0.2  # the job says it finished fine
+    return max(0.05, min(0.99, conf))
+
+
+def _evidence_lines(cat: Category, sigs: list[Signal], b: _Builder) -> list[EvidenceLine]:
+    chosen = sigs[:MAX_EVIDENCE - 3] if len(sigs) > MAX_EVIDENCE - 3 else sigs
+    if len(sigs) > len(chosen):
+        chosen = chosen[:-1] + [sigs[-1]]  # keep the newest too
+    extra = [s for s in b.signals if s not in sigs and s.strong and s.category != cat]
+    extra = sorted(extra, key=lambda s: (s.order, s.line_no or 0))[:3]
+    out: list[EvidenceLine] = []
+    seen: set[tuple] = set()
+    for s in chosen + extra:
+        key = (s.source, s.line_no, s.line if s.line_no is None else "")
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(EvidenceLine(source=s.source, line=s.line[:2000], line_no=s.line_no, pattern_id=s.pattern_id,
+                                host=s.host, rank=s.rank))
+    return out
+
+
+_LABEL = {
+    Category.NCCL_TIMEOUT: "NCCL collective timeout",
+    Category.NCCL_ERROR: "NCCL error",
+    Category.CUDA_ERROR: "CUDA error",
+    Category.GPU_OOM: "GPU out of memory",
+    Category.GPU_HARDWARE: "GPU hardware failure",
+    Category.INTERCONNECT: "interconnect failure",
+    Category.HANG: "hang",
+    Category.NODE_FAILURE: "node failure",
+    Category.TIME_LIMIT: "time limit reached",
+    Category.PREEMPTED: "preemption",
+    Category.APP_ERROR: "application error",
+    Category.DATA_IO: "storage / data I/O failure",
+    Category.HOST_OOM: "host out of memory",
+}
+
+_ADVICE = {
+    Category.NCCL_TIMEOUT: "restart; exclude the suspect host if one is named, and look at it if timeouts repeat",
+    Category.NCCL_ERROR: "restart; if it repeats, check the NCCL WARN lines above the error and the network",
+    Category.CUDA_ERROR: "look at the failing kernel (CUDA_LAUNCH_BLOCKING=1, compute-sanitizer); suspect the GPU only if Xids accompany it",
+    Category.GPU_OOM: "reduce memory use (batch size, sequence length, activation checkpointing) before restarting",
+    Category.GPU_HARDWARE: "drain the implicated node and reset or replace the GPU; restart the job without it",
+    Category.INTERCONNECT: "check the named host's NICs/links; restart excluding it",
+    Category.HANG: "collect stacks (py-spy dump) if it is still running, then restart; exclude a named host",
+    Category.NODE_FAILURE: "restart excluding the failed node; the node needs an administrator",
+    Category.TIME_LIMIT: "resubmit from the last checkpoint (or ask for more time)",
+    Category.PREEMPTED: "nothing to fix; the scheduler requeues or ends it by its own policy",
+    Category.APP_ERROR: "fix the application; restarting the same code fails the same way",
+    Category.DATA_IO: "free space or fix the file system/path, then restart from the last good checkpoint",
+    Category.HOST_OOM: "lower host memory use (DataLoader workers, pinned memory, shm) or ask for more memory",
+}
+
+
+def _explain(
+    cat: Category, domain: FaultDomain, primary: Signal | None, choice: _Choice, sigs: list[Signal],
+    b: _Builder, evidence: JobEvidence, hosts: list[str], ranks: list[int], catalogue: Catalogue,
+) -> str:
+    parts: list[str] = []
+    where = f" on {', '.join(hosts)}" if hosts else ""
+    parts.append(f"Root cause: {_LABEL.get(cat, cat.value)}{where} (fault domain {domain.value}).")
+    if primary is not None:
+        loc = f"line {primary.line_no}" if primary.line_no is not None else primary.source
+        detail = primary.note
+        if not detail and primary.pattern_id:
+            spec = catalogue.get(primary.pattern_id)
+            detail = spec.description if spec else ""
+        shown = primary.text or primary.line
+        shown = shown if len(shown) <= 220 else shown[:217] + "..."
+        parts.append(f"Key evidence ({loc}): \"{shown.strip()}\"" + (f" - {detail}" if detail else "") + ".")
+    if choice.why:
+        parts.append(choice.why[0].upper() + choice.why[1:] + ".")
+    victims = [s for s in b.signals if s not in sigs and s.strong and s.category in (
+        Category.NCCL_TIMEOUT, Category.NCCL_ERROR, Category.INTERCONNECT, Category.APP_ERROR)]
+    if victims and cat not in (Category.NCCL_TIMEOUT,):
+        victim_ranks = sorted({s.rank for s in victims if s.rank is not None})
+        who = f" from rank(s) {', '.join(map(str, victim_ranks[:16]))}" if victim_ranks else ""
+        parts.append(f"{len(victims)} other error line(s){who} follow from it and are not the cause.")
+    if ranks and cat != Category.NCCL_TIMEOUT:
+        parts.append(f"Rank(s) involved: {', '.join(map(str, ranks[:16]))}.")
+    repeat = [h for h in hosts if evidence.node_failure_counts.get(h, 0) >= 2]
+    if repeat:
+        parts.append(f"{', '.join(repeat)} also failed other jobs recently, which raises confidence.")
+    job = evidence.job
+    if job is not None:
+        parts.append(f"Scheduler: job {job.job_id} is {job.state.value}"
+                     + (f" ({job.reason})" if job.reason else "")
+                     + (f", exit code {job.exit_code}" if job.exit_code is not None else "") + ".")
+    parts.append(f"Suggested: {_ADVICE.get(cat, 'restart')}.")
+    return " ".join(parts)
+
+
+def _none_verdict(b: _Builder, evidence: JobEvidence) -> Verdict:
+    notes = [s for s in b.signals if s.category != Category.NONE]
+    stragglers = sorted(set(evidence.straggler_hosts))
+    text = "No failure found"
+    if b.benign_lines:
+        text += f"; {b.benign_lines} line(s) looked like errors but are known to be harmless"
+    if notes:
+        text += f"; {len(notes)} minor warning(s) that do not explain a failure"
+    text += "."
+    if stragglers:
+        text += f" Training is progressing, but {', '.join(stragglers)} run(s) slower than the rest (straggler)."
+    conf = 0.9 if not notes else 0.7
+    if not evidence.log_lines and not b.signals and evidence.job is None:
+        conf = 0.3
+    return Verdict(
+        category=Category.NONE,
+        fault_domain=FaultDomain.UNKNOWN,
+        implicated=Implicated(hosts=stragglers),
+        confidence=conf,
+        evidence=[EvidenceLine(source=s.source, line=s.line[:2000], line_no=s.line_no, pattern_id=s.pattern_id,
+                               host=s.host, rank=s.rank) for s in notes[:MAX_EVIDENCE]],
+        explanation=text,
+    )
