@@ -219,9 +219,10 @@ class JobRecoveryWorkflow:
         ):
             self._history = self._history.start_attempt(at=job.start_time or workflow.now())
 
+        restarted = job.state is not JobState.PENDING and job.start_time is not None
         if (
             self._state.awaiting_restart
-            and job.state is JobState.RUNNING
+            and restarted
             and (self._state.expected_restarts is None or job.restarts >= self._state.expected_restarts)
         ):
             self._state.awaiting_restart = False
@@ -263,7 +264,11 @@ class JobRecoveryWorkflow:
             return "failed"
         if job.state is JobState.PREEMPTED and state_changed:
             return "preempted"
-        if previous is not None and job.restarts > previous.restarts and not self._state.awaiting_restart:
+        if (
+            previous is not None
+            and job.restarts > max(previous.restarts, self._state.own_restarts_upto)
+            and not self._state.awaiting_restart
+        ):
             return "slurm_requeue"
         if ObservationReason.HANG in obs.reasons and job.state is JobState.RUNNING:
             return "hang"
@@ -286,6 +291,9 @@ class JobRecoveryWorkflow:
             held_by_us = bool(collected.hold and collected.hold.changed)
             evidence = collected.evidence
             current = evidence.job or job
+            self._state.last_job = current
+            if held_by_us:
+                self._state.own_restarts_upto = max(self._state.own_restarts_upto, current.restarts)
             await self._audit(
                 EventType.DETECTION,
                 job=current,
@@ -410,12 +418,14 @@ class JobRecoveryWorkflow:
             return True
         if advice.action is AdviceAction.HOLD:
             if not held_by_us and not job.held:
-                await self._action(
+                held = await self._action(
                     ActivityNames.REQUEUE_HOLD,
                     JobActionInput(key=key, expected_restarts=job.restarts),
                     "requeue_hold",
                     deadline,
                 )
+                if held.job is not None:
+                    self._state.own_restarts_upto = max(self._state.own_restarts_upto, held.job.restarts)
             self._note("hold", f"job held: {advice.reason}")
             self._set_phase(Phase.WATCHING)
             return False
@@ -440,6 +450,7 @@ class JobRecoveryWorkflow:
             )
             if result.job is not None:
                 expected = result.job.restarts
+                self._state.own_restarts_upto = max(self._state.own_restarts_upto, expected)
         elif held_by_us:
             expected = job.restarts  # collect_evidence returned the job as held (restarts already +1)
         if excluded_target:

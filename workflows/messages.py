@@ -140,6 +140,7 @@ class JobRecoveryState(Contract):
     last_job: JobInfo | None = None
     slurm_restarts_seen: int = 0
     expected_restarts: int | None = None  # restarts once jobmedic's own requeue has happened
+    own_restarts_upto: int = 0  # restart counts up to this one were caused by jobmedic
     awaiting_restart: bool = False
     awaiting_progress: bool = False
     last_checkpoint_iteration: int | None = None

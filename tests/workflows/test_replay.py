@@ -1,0 +1,53 @@
+"""Replay checked-in workflow histories: a change that would break running workflows fails here.
+
+The histories under `histories/` were recorded from real runs (`jobmedic demo`
+and the end-to-end scenarios) with `temporal workflow show -w ID -o json`;
+`tests/workflows/record_history.py` records a new one. When a change to a
+workflow is intended to be incompatible, version it (`workflow.patched`) and
+add a history of the new version instead of editing an old one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from workflows.cluster_watch import ClusterWatchWorkflow
+from workflows.job_recovery import JobRecoveryWorkflow
+
+HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
+
+
+def test_there_are_histories_to_replay() -> None:
+    kinds = {p.name.split("-")[0] for p in HISTORIES}
+    assert {"job_recovery", "cluster_watch"} <= kinds, HISTORIES
+
+
+@pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
+async def test_history_replays_without_nondeterminism(path: Path) -> None:
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    replayer = Replayer(workflows=[JobRecoveryWorkflow, ClusterWatchWorkflow], data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, f"{path.name}: {result.replay_failure!r}"
+
+
+async def test_a_reordered_workflow_fails_replay() -> None:
+    """The replay test can fail: a workflow that issues different commands is caught."""
+    from temporalio import workflow
+
+    @workflow.defn(name="JobRecovery")
+    class Reordered(JobRecoveryWorkflow):  # same name, but runs no activity at all before finishing
+        @workflow.run
+        async def run(self, inp):  # type: ignore[override]
+            await workflow.sleep(1)
+            return self.status()
+
+    path = next(p for p in HISTORIES if p.name.startswith("job_recovery"))
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    replayer = Replayer(workflows=[Reordered], data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is not None
