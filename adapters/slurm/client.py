@@ -23,7 +23,6 @@ from datetime import UTC, datetime
 from loguru import logger
 
 from adapters.errors import ActionRefused, JobNotFound, SchedulerError, SchedulerUnreachable
-from adapters.slurm import hostlist
 from adapters.slurm.parse import parse_sinfo_json, parse_squeue_json
 from adapters.slurm.runner import CommandResult, CommandRunner
 from workflows.contracts import ActionKind, ActionResult, JobInfo, JobKey, JobState, NodeInfo
@@ -217,7 +216,7 @@ class SlurmClient:
                 f"job {job.job_id} is {job.state.value}: Slurm changes excluded nodes only while a job is "
                 "pending; requeue-hold it first"
             )
-        value = hostlist.compress(union)
+        value = ",".join(union)
         await self._scontrol(
             ["update", f"JobId={job.job_id}", f"ExcNodeList={value}"], what=f"exclude nodes of job {job.job_id}"
         )

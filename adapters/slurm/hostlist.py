@@ -4,6 +4,8 @@ Pure functions, no Slurm needed. The syntax follows Slurm's own: a comma list
 of names, each name may hold one or more bracket groups of numbers and ranges
 (several groups expand as a cartesian product, as `scontrol show hostnames`
 does); a range keeps the zero padding of its lower bound (`[08-10]`).
+`expand` also reads a bracket followed by plain text (`gpu-a[01-02]-b`),
+which some Slurm releases print and 22.05 does not.
 """
 
 from __future__ import annotations
@@ -42,8 +44,10 @@ def expand(hostlist: str) -> list[str]:
 def compress(names: Iterable[str]) -> str:
     """Fold host names into a compact Slurm host list.
 
-    Names that differ only in their last run of digits share brackets; other
-    names are kept as they are. Duplicates are dropped; groups appear in the
+    Names that differ only in the number they end with share brackets; other
+    names are kept as they are (Slurm 22.05 rejects `gpu-a[01-02]-b`, a
+    bracket followed by more text, so compress never writes one, while
+    `expand` reads it). Duplicates are dropped; groups appear in the
     order of their first name, numbers within a group ascending.
     `expand(compress(x))` has exactly the names of `x`.
     """
@@ -54,7 +58,7 @@ def compress(names: Iterable[str]) -> str:
         name = name.strip()
         if not name:
             continue
-        match = re.fullmatch(r"(.*?)(\d+)(\D*)", name)
+        match = re.fullmatch(r"(.*?)(\d+)()", name)
         if match is None:
             if name not in plain:
                 plain.append(name)

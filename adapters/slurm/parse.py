@@ -139,7 +139,9 @@ def job_from_json(raw: Any, *, cluster: str = "", opt_in_max_bytes: int = 4096) 
         # before the end Slurm prints the projected end (start + time limit)
         end_time=epoch(raw.get("end_time")) if state.finished else None,
         restarts=number(raw.get("restart_cnt")) or 0,
-        time_limit=format_time_limit(raw.get("time_limit")),
+        # 22.05 prints null for an infinite limit (squeue -o %l says UNLIMITED)
+        time_limit="UNLIMITED" if "time_limit" in raw and raw["time_limit"] is None
+        else format_time_limit(raw.get("time_limit")),
         stdout_path=expand_output_path(stdout_pattern, **path_fields),
         stderr_path=expand_output_path(stderr_pattern, **path_fields),
         work_dir=work_dir,

@@ -7,7 +7,9 @@
 #   sinfo.json              sinfo --json         (IDLE, DRAIN foreign, DRAIN jobmedic, DOWN+NOT_RESPONDING)
 #   scontrol_show_job.txt   scontrol show job J  (multi-line), for several fx-* jobs
 #   scontrol_show_job_o.txt scontrol show job -o (one line per job)
-#   expected_files.txt      name<TAB>output file Slurm actually created (for path expansion)
+#   expected_files.txt      the output files Slurm actually created (for path expansion)
+#   ids.txt                 the ids of this capture's fx-* jobs (older fx-* jobs may still be listed)
+#   squeue_fields.txt       squeue -o '%i|%T|%l|%r|%h' for those jobs
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
@@ -43,7 +45,7 @@ C=$(sbatch --parsable -N1 -J fx-cancel --comment="$OPT" -o /dev/null run.sh)
 O=$(sbatch --parsable -N1 -J fx-ok --comment="$OPT" -o "$W/ok-%A-%a-%j.out" ok.sh)
 A=$(sbatch --parsable -N1 -J fx-arr --array=1-2 --comment="$OPT" -o "$W/arr-%A_%a.out" ok.sh)
 mkdir -p "$W/sub"; L=$(cd "$W/sub" && sbatch --parsable -N1 -J fx-relative --comment="$OPT" ../ok.sh)
-squeue -h -t all -o '%i %j' | awk '$2 ~ /^fx-/ {print $1}' >"$W/ids"
+squeue -h -t all -o '%i %j' | awk -v first="$R" '$2 ~ /^fx-/ && $1 >= first {print $1}' | sort -n >"$W/ids"
 wait_state "$R" RUNNING; wait_state "$U" RUNNING; wait_state "$Q" RUNNING; wait_state "$C" RUNNING
 wait_state "$F" FAILED; wait_state "$O" COMPLETED; wait_state "$L" COMPLETED
 scontrol requeuehold "$Q"; wait_state "$Q" PENDING
@@ -51,6 +53,9 @@ scontrol update JobId="$Q" ExcNodeList=node1,node2
 scancel "$C"; wait_state "$C" CANCELLED
 sleep 1
 squeue --json >"$HERE/squeue.json"
+# what squeue itself prints for the same jobs, to cross-check the JSON parser
+squeue -h -t all -o '%i|%T|%l|%r|%h' | grep -E "^($(paste -sd'|' "$W/ids"))\|" >"$HERE/squeue_fields.txt"
+cp "$W/ids" "$HERE/ids.txt"
 : >"$HERE/scontrol_show_job.txt"; : >"$HERE/scontrol_show_job_o.txt"
 for j in $R $U $Q $F $C $O $L; do
   scontrol show job "$j" >>"$HERE/scontrol_show_job.txt"; scontrol show job -o "$j" >>"$HERE/scontrol_show_job_o.txt"
