@@ -114,8 +114,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def fail(bad: str, bad_index: int, nodes: list[str], ranks_per_node: int, it: int) -> None:
     seq = it * 7
-    log(f"{bad} kernel: [81234.567890] NVRM: Xid (PCI:0000:3b:00): 79, pid=48213, name=python, GPU has fallen off the bus.")
-    log(f"{bad} kernel: [81234.567912] NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.")
+    # the node's kernel log, as the cluster's log collector forwards it into the job's output
+    stamp = datetime.now().strftime("%b %d %H:%M:%S")
+    log(f"{stamp} {bad} kernel: [81234.567890] NVRM: Xid (PCI:0000:3b:00): 79, pid=48213, name=python, "
+        "GPU has fallen off the bus.")
+    log(f"{stamp} {bad} kernel: [81234.567912] NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.")
     bad_ranks = range(bad_index * ranks_per_node, (bad_index + 1) * ranks_per_node)
     for rank in range(len(nodes) * ranks_per_node):
         if rank in bad_ranks:
