@@ -1,0 +1,94 @@
+"""`jobmedic analyze PATH... [--json] [--layout NODELIST:TASKS_PER_NODE]`: offline verdicts for log files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TextIO
+
+from activities.detection.analyze import analyze_file, parse_layout
+from activities.detection.catalogue import load_catalogue
+from adapters.errors import ParseError
+from workers.settings import Settings
+
+_BOLD, _RESET = "\x1b[1m", "\x1b[0m"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "analyze",
+        help="attribute the failure in log files offline (no cluster needed)",
+        description=(
+            "Screen each log file with jobmedic's pattern catalogue and print a verdict: root-cause "
+            "category, fault domain, implicated hosts/ranks/GPUs, confidence, evidence and explanation."
+        ),
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="log files to analyse")
+    parser.add_argument("--json", action="store_true", help="one JSON object per file per line")
+    parser.add_argument(
+        "--layout",
+        metavar="NODELIST:TASKS_PER_NODE",
+        help="how ranks map to hosts, e.g. node[1-4]:8 (block distribution, as srun does by default)",
+    )
+    parser.set_defaults(handler=run_analyze)
+
+
+def run_analyze(args: argparse.Namespace, settings: Settings, *, out: TextIO | None = None,
+                err: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
+    layout = None
+    if args.layout:
+        try:
+            layout = parse_layout(args.layout)
+        except ParseError as exc:
+            print(f"jobmedic analyze: --layout: {exc}", file=err)
+            return 2
+    catalogue = load_catalogue()
+    failed = 0
+    color = out.isatty() and not args.json
+    for path in args.paths:
+        try:
+            verdict, scan = analyze_file(path, layout=layout, catalogue=catalogue)
+        except OSError as exc:
+            failed += 1
+            reason = exc.strerror or str(exc)
+            print(f"jobmedic analyze: {path}: cannot read ({reason}); check the path and permissions", file=err)
+            if args.json:
+                print(json.dumps({"path": path, "error": reason}), file=out)
+            continue
+        if args.json:
+            record = {"path": path, **verdict.model_dump(mode="json", exclude={"external"}),
+                      "lines": scan.line_count, "bytes": scan.byte_count, "catalogue_version": catalogue.version}
+            print(json.dumps(record, ensure_ascii=False), file=out)
+        else:
+            _report(out, path, verdict, scan.line_count, color=color)
+        out.flush()
+    return 1 if failed else 0
+
+
+def _report(out: TextIO, path: str, verdict, lines: int, *, color: bool) -> None:
+    bold = (lambda s: f"{_BOLD}{s}{_RESET}") if color else (lambda s: s)
+    imp = verdict.implicated
+    print(bold(f"== {path}") + f"  ({lines} lines)", file=out)
+    print(f"category:     {bold(verdict.category.value)}   fault domain: {verdict.fault_domain.value}"
+          f"   confidence: {verdict.confidence:.2f}", file=out)
+    print(f"implicated:   hosts={','.join(imp.hosts) or '-'}  ranks={','.join(map(str, imp.ranks)) or '-'}"
+          f"  gpus={','.join(imp.gpus) or '-'}", file=out)
+    if verdict.deterministic_signature:
+        print(f"signature:    {verdict.deterministic_signature}", file=out)
+    print(f"explanation:  {verdict.explanation}", file=out)
+    if verdict.evidence:
+        print("evidence:", file=out)
+        for ev in verdict.evidence:
+            where = f"{ev.line_no:>8}" if ev.line_no is not None else f"{ev.source:>8}"
+            tag = f"[{ev.pattern_id}]" if ev.pattern_id else ""
+            text = ev.line if len(ev.line) <= 300 else ev.line[:297] + "..."
+            print(f"  {where} {tag} {bold(_printable(text))}", file=out)
+    print(file=out)
+
+
+def _printable(text: str) -> str:
+    # log text is data: never let it drive the terminal
+    return "".join(ch if ch.isprintable() or ch == "\t" else "?" for ch in text)
