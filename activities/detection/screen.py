@@ -3,31 +3,36 @@
 One hyperscan database holds every screen expression of the catalogue plus the
 checkpoint-save markers. A chunk of log bytes (whole lines, 4 MiB by default)
 is scanned once, in block mode, with `^`/`$` meaning line start/end. A match
-only says where a candidate line ends; that line (and only that line) is then
-found by searching for the newline bytes around the match and rescanned on its
-own with a second database compiled with HS_FLAG_SINGLEMATCH, which gives the
-exact set of patterns that match the line as `grep` would see it (a match that
-spans two lines through `\\s` or `[^x]` is dropped there). Lines are never split
-into Python strings except the few that match.
+only says where it ends; the line around it is found by searching for the
+newline bytes on either side of that offset, so lines are never split into
+Python strings except the few that match. For an expression that can consume
+a newline (`\\s`, `[^x]`, ...) a chunk match may span two lines, so such lines are
+rescanned on their own with a second database compiled with
+HS_FLAG_SINGLEMATCH, which gives exactly the patterns `grep` would see on that
+line. Every other line keeps the ids reported by the chunk scan, which are
+already exact.
 
 Progress is not screened line by line: the newest progress line of each chunk
 is found by scanning backwards from the end of the chunk in growing windows
 with a small marker database, then parsed (`progress.py`).
 
-Patterns hyperscan cannot compile (back-references, look-arounds) are run with
+Patterns hyperscan cannot compile (back-references, look-arounds) run on
 Python's `re` as bytes patterns in a separate pass over the chunk, one search
 per matching line. Without hyperscan (an architecture without wheels) every
-pattern takes that path; it is correct but far slower, and the screener says so
-loudly once.
+pattern takes that path: correct, far slower, and the screener says so loudly.
 
-A Screener is not safe to share between threads that scan at the same time
-(hyperscan scratch space is per database); a lock serialises scans.
+Hits are bounded: every matching line is counted, per pattern, but only the
+first few and the newest few hundred per pattern are kept as `Hit` objects, so
+a log where a harmless warning repeats a million times costs counts, not
+memory. A Screener serialises concurrent scans with a lock (hyperscan scratch
+space belongs to one scan at a time).
 """
 
 from __future__ import annotations
 
 import re
 import threading
+from collections import deque
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -52,16 +57,18 @@ except ImportError:  # pragma: no cover - exercised on other architectures
 CHUNK_BYTES = 4 << 20
 MAX_LINE_TEXT = 8192  # characters of a hit's line kept (a window around the match)
 MAX_PROGRESS_LINE = 65536  # a longer "line" is not a progress line
-# a line that reports more matches than this stops the chunk scan and resumes after it;
-# it bounds the Python callbacks a pathological line (1 MB of near-matches) can cost
+# a line that reports more matches than this stops the chunk scan, which resumes after
+# it; it bounds the Python callbacks a pathological line (1 MB of near-matches) costs
 MAX_REPORTS_PER_LINE = 256
+HITS_PER_PATTERN = 256  # Hit objects kept per pattern: the first eighth and the newest rest
 _FIRST_WINDOW = 16384
 _MAX_PARSE_TRIES = 64
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+_BUFFER_ANCHOR = re.compile(r"(?<!\\)((?:\\\\)*)\\([AZz])")
 
 
 class ScreenPattern(Protocol):
-    """What the screener needs of a catalogue pattern."""
+    """What the screener needs of a catalogue pattern (`caseless` is optional)."""
 
     @property
     def id(self) -> str: ...
@@ -80,140 +87,195 @@ class Hit(Contract):
 
 
 class ScreenResult(Contract):
-    hits: list[Hit] = Field(default_factory=list)  # in line order
+    hits: list[Hit] = Field(default_factory=list)  # in line order; bounded per pattern
     progress: list[ProgressSample] = Field(default_factory=list)  # newest of each chunk, oldest first
     checkpoints: list[ProgressSample] = Field(default_factory=list)  # every checkpoint save seen
     lines: int = 0
     bytes: int = 0
+    flagged_lines: int = 0  # lines any pattern matched (grep -c would print this)
+    pattern_counts: dict[str, int] = Field(default_factory=dict)  # lines matched, per pattern
+    hits_dropped: int = 0  # matches counted but not kept as Hit objects
 
     @property
     def newest_progress(self) -> ProgressSample | None:
         return self.progress[-1] if self.progress else None
 
-    @property
-    def flagged_lines(self) -> int:
-        return len({h.line_no for h in self.hits})
-
 
 # --------------------------------------------------------------------------- engines
 
 
-class _HsDb:
-    """One compiled hyperscan database with its own scratch space."""
-
-    def __init__(self, expressions: list[bytes], ids: list[int], flags: list[int]) -> None:
-        self.db = _hs.Database(mode=_hs.HS_MODE_BLOCK)
-        self.db.compile(expressions=expressions, ids=ids, elements=len(expressions), flags=flags)
-
-
-def _hs_compiles(expression: bytes, flags: int) -> str | None:
-    """None when hyperscan accepts `expression`, else its error message."""
+def _hs_db(expressions: list[bytes], ids: list[int], flags: list[int]):
     db = _hs.Database(mode=_hs.HS_MODE_BLOCK)
+    db.compile(expressions=expressions, ids=ids, elements=len(expressions), flags=flags)
+    return db
+
+
+def _hs_refuses(expression: bytes, flags: int) -> bool:
     try:
-        db.compile(expressions=[expression], ids=[0], elements=1, flags=[flags])
-    except _hs.error as exc:
-        return str(exc)
-    return None
+        _hs_db([expression], [0], [flags])
+    except _hs.error:
+        return True
+    return False
+
+
+def may_match_newline(regex: str, *, caseless: bool = False) -> bool:
+    """Whether `regex` can consume a newline byte (so a chunk match may span lines).
+
+    Conservative: anything it does not understand counts as "can".
+    """
+    try:
+        parsed = re._parser.parse(regex, re.IGNORECASE if caseless else 0)  # type: ignore[attr-defined]
+    except (re.error, AttributeError):
+        return True
+    return _subpattern_newline(parsed)
+
+
+def _subpattern_newline(items) -> bool:
+    c = re._constants  # type: ignore[attr-defined]
+    nl = 10
+    for op, av in items:
+        if op is c.LITERAL:
+            if av == nl:
+                return True
+        elif op is c.NOT_LITERAL:
+            if av != nl:
+                return True
+        elif op is c.ANY:
+            continue  # no DOTALL: '.' stops at a newline, in hyperscan too
+        elif op is c.IN:
+            if _class_newline(av):
+                return True
+        elif op in (c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", None)):
+            if _subpattern_newline(av[2]):
+                return True
+        elif op is c.SUBPATTERN:
+            if _subpattern_newline(av[-1]):
+                return True
+        elif op is c.BRANCH:
+            if any(_subpattern_newline(b) for b in av[1]):
+                return True
+        elif op in (c.AT, c.GROUPREF):
+            continue
+        elif op in (c.ASSERT, c.ASSERT_NOT):
+            continue  # not consumed; hyperscan refuses these anyway (they go to re)
+        else:
+            return True
+    return False
+
+
+def _class_newline(items) -> bool:
+    c = re._constants  # type: ignore[attr-defined]
+    negate = bool(items) and items[0][0] is c.NEGATE
+    has = False
+    for op, av in items:
+        if op is c.LITERAL and av == 10:
+            has = True
+        elif op is c.RANGE and av[0] <= 10 <= av[1]:
+            has = True
+        elif op is c.CATEGORY and av in (c.CATEGORY_SPACE, c.CATEGORY_NOT_DIGIT, c.CATEGORY_NOT_WORD):
+            has = True
+    return (not has) if negate else has
 
 
 class _Compiled:
-    """The screen expressions split between hyperscan and Python `re`."""
+    """Expressions split between one hyperscan database pair and Python `re`."""
 
     def __init__(self, expressions: list[str], caseless: list[bool], *, engine: str) -> None:
+        expressions = [_BUFFER_ANCHOR.sub(lambda m: m.group(1) + ("^" if m.group(2) == "A" else "$"), e)
+                       for e in expressions]
         self.re_only: list[tuple[int, re.Pattern[bytes]]] = []
-        self.chunk_db: _HsDb | None = None
-        self.line_db: _HsDb | None = None
+        self.chunk_db = None
+        self.line_db = None
+        # ids whose chunk matches may span lines: their lines get the exact line rescan
+        self.spanning = frozenset(i for i, (e, ci) in enumerate(zip(expressions, caseless))
+                                  if may_match_newline(e, caseless=ci))
         if engine == "re":
-            for i, (expr, ci) in enumerate(zip(expressions, caseless)):
-                self.re_only.append((i, re.compile(expr.encode(), re.MULTILINE | (re.IGNORECASE if ci else 0))))
+            self.re_only = [(i, _re_bytes(e, ci)) for i, (e, ci) in enumerate(zip(expressions, caseless))]
             return
-        hs_ids: list[int] = []
-        hs_exprs: list[bytes] = []
-        hs_flags: list[int] = []
-        base = _hs.HS_FLAG_MULTILINE
-        for i, (expr, ci) in enumerate(zip(expressions, caseless)):
-            raw = expr.encode()
-            flags = base | (_hs.HS_FLAG_CASELESS if ci else 0)
-            hs_ids.append(i)
-            hs_exprs.append(raw)
-            hs_flags.append(flags)
+        ids = list(range(len(expressions)))
+        raw = [e.encode() for e in expressions]
+        flags = [_hs.HS_FLAG_MULTILINE | (_hs.HS_FLAG_CASELESS if ci else 0) for ci in caseless]
         try:
-            self._build(hs_exprs, hs_ids, hs_flags)
+            self._build(raw, ids, flags)
         except _hs.error:
-            # find the expressions hyperscan refuses and give them to `re`
-            keep = [k for k in range(len(hs_ids)) if _hs_compiles(hs_exprs[k], hs_flags[k]) is None]
-            refused = sorted(set(range(len(hs_ids))) - set(keep))
-            for k in refused:
-                i = hs_ids[k]
-                self.re_only.append(
-                    (i, re.compile(expressions[i].encode(), re.MULTILINE | (re.IGNORECASE if caseless[i] else 0)))
-                )
-            hs_exprs = [hs_exprs[k] for k in keep]
-            hs_ids = [hs_ids[k] for k in keep]
-            hs_flags = [hs_flags[k] for k in keep]
-            if hs_exprs:
-                self._build(hs_exprs, hs_ids, hs_flags)
+            refused = {i for i in ids if _hs_refuses(raw[i], flags[i])}
+            self.re_only = [(i, _re_bytes(expressions[i], caseless[i])) for i in sorted(refused)]
+            keep = [i for i in ids if i not in refused]
+            if keep:
+                self._build([raw[i] for i in keep], keep, [flags[i] for i in keep])
 
-    def _build(self, exprs: list[bytes], ids: list[int], flags: list[int]) -> None:
-        self.chunk_db = _HsDb(exprs, ids, flags)
-        self.line_db = _HsDb(exprs, ids, [f | _hs.HS_FLAG_SINGLEMATCH for f in flags])
+    def _build(self, raw: list[bytes], ids: list[int], flags: list[int]) -> None:
+        self.chunk_db = _hs_db(raw, ids, flags)
+        self.line_db = _hs_db(raw, ids, [f | _hs.HS_FLAG_SINGLEMATCH for f in flags])
 
-    # ----------------------------------------------------------------- candidate lines
-
-    def candidate_lines(self, data: bytes, start: int, end: int) -> dict[int, tuple[int, int]]:
-        """Line start -> (line end, offset of a match's last byte) for lines some match ends in."""
-        found: dict[int, tuple[int, int]] = {}
+    def candidate_lines(self, data: bytes, start: int, end: int) -> dict[int, list]:
+        """Line start -> [line end, offset of a match's last byte, reported ids, needs rescan]."""
+        found: dict[int, list] = {}
         if self.chunk_db is not None:
-            _hs_line_ends(self.chunk_db, data, start, end, found)
-        for _, rx in self.re_only:
-            _re_line_ends(rx, data, start, end, found)
+            _hs_line_ends(self.chunk_db, data, start, end, found, self.spanning)
+        for i, rx in self.re_only:
+            _re_line_ends(i, rx, data, start, end, found)
         return found
 
-    def line_ids(self, data: bytes, ls: int, le: int) -> list[int]:
+    def line_ids(self, data: bytes, ls: int, le: int) -> set[int]:
         """Ids of the expressions that match the line data[ls:le] on its own (grep's view)."""
-        ids: list[int] = []
+        ids: set[int] = set()
         if self.line_db is not None and le > ls:
             def on_match(pid: int, _frm: int, _to: int, _flags: int, _ctx: object) -> None:
-                ids.append(pid)
+                ids.add(pid)
 
-            self.line_db.db.scan(memoryview(data)[ls:le], match_event_handler=on_match)
+            self.line_db.scan(memoryview(data)[ls:le], match_event_handler=on_match)
         if self.re_only:
             line = data[ls:le]
-            ids.extend(i for i, rx in self.re_only if rx.search(line) is not None)
-        return sorted(set(ids))
+            ids.update(i for i, rx in self.re_only if rx.search(line) is not None)
+        return ids
 
 
-def _hs_line_ends(db: _HsDb, data: bytes, start: int, end: int, found: dict[int, tuple[int, int]]) -> None:
-    """Record every line of data[start:end] in which a match of `db` ends."""
+def _re_bytes(expression: str, caseless: bool) -> re.Pattern[bytes]:
+    return re.compile(expression.encode(), re.MULTILINE | (re.IGNORECASE if caseless else 0))
+
+
+def _hs_line_ends(db, data: bytes, start: int, end: int, found: dict[int, list], spanning: frozenset[int]) -> None:
+    """Record every line of data[start:end] in which a match of `db` ends, with the ids reported there."""
     find, rfind = data.find, data.rfind
     view = memoryview(data)
+    cur: list = [-1, -1, -1, set(), False]  # line start, line end, anchor, ids, needs rescan
     cur_start = cur_end = -1
     reports = 0
     base = start
 
-    def on_match(_pid: int, _frm: int, to: int, _flags: int, _ctx: object) -> bool:
-        nonlocal cur_start, cur_end, reports
+    def on_match(pid: int, _frm: int, to: int, _flags: int, _ctx: object) -> bool:
+        nonlocal cur, cur_start, cur_end, reports
         at = base + to - 1  # the match's last byte
         if cur_start <= at <= cur_end:
+            cur[3].add(pid)
+            if pid in spanning:
+                cur[4] = True
             reports += 1
             return reports > MAX_REPORTS_PER_LINE
         nl = find(b"\n", at, end)
         cur_end = end if nl < 0 else nl
         cur_start = rfind(b"\n", start, at) + 1
         reports = 0
-        found.setdefault(cur_start, (cur_end, at))
+        cur = found.get(cur_start)
+        if cur is None:
+            cur = found[cur_start] = [cur_start, cur_end, at, {pid}, pid in spanning]
+        else:  # reported out of order: same line again
+            cur[3].add(pid)
+            cur[4] = cur[4] or pid in spanning
         return False
 
     while base < end:
         try:
-            db.db.scan(view[base:end], match_event_handler=on_match)
+            db.scan(view[base:end], match_event_handler=on_match)
             return
         except _hs.ScanTerminated:
             # a line with too many matches: its ids come from the line rescan; go on after it
+            cur[4] = True
             base = cur_end + 1
 
 
-def _re_line_ends(rx: re.Pattern[bytes], data: bytes, start: int, end: int, found: dict[int, tuple[int, int]]) -> None:
+def _re_line_ends(pid: int, rx: re.Pattern[bytes], data: bytes, start: int, end: int, found: dict[int, list]) -> None:
     pos = start
     while pos < end:
         m = rx.search(data, pos, end)
@@ -223,8 +285,47 @@ def _re_line_ends(rx: re.Pattern[bytes], data: bytes, start: int, end: int, foun
         nl = data.find(b"\n", at, end)
         le = end if nl < 0 else nl
         ls = data.rfind(b"\n", start, at) + 1
-        found.setdefault(ls, (le, at))
+        entry = found.get(ls)
+        if entry is None:
+            found[ls] = [ls, le, at, set(), True]
+        else:
+            entry[4] = True  # the line rescan runs the re patterns on this line
         pos = le + 1
+
+
+# --------------------------------------------------------------------------- accumulating one scan
+
+
+class _Acc:
+    """What one scan has found so far; bounded per pattern."""
+
+    def __init__(self, n_patterns: int, hits_per_pattern: int | None) -> None:
+        self.keep_first = None if hits_per_pattern is None else max(1, hits_per_pattern // 8)
+        self.keep_last = None if hits_per_pattern is None else max(1, hits_per_pattern - (self.keep_first or 0))
+        self.first: list[Hit] = []
+        self.first_count = [0] * n_patterns
+        self.recent: list[deque[Hit]] = [deque(maxlen=self.keep_last) for _ in range(n_patterns)]
+        self.counts = [0] * n_patterns
+        self.flagged = 0
+        self.last_flagged: tuple[int, set[int]] = (-1, set())  # line no, ids counted on it
+        self.dropped = 0
+        self.progress: list[ProgressSample] = []
+        self.checkpoints: list[ProgressSample] = []
+
+    def result(self, pattern_ids: list[str], *, lines: int, nbytes: int) -> ScreenResult:
+        hits = self.first + [h for ring in self.recent for h in ring]
+        order = {pid: i for i, pid in enumerate(pattern_ids)}
+        hits.sort(key=lambda h: (h.line_no, order[h.pattern_id]))
+        return ScreenResult(
+            hits=hits,
+            progress=self.progress,
+            checkpoints=self.checkpoints,
+            lines=lines,
+            bytes=nbytes,
+            flagged_lines=self.flagged,
+            pattern_counts={pattern_ids[i]: c for i, c in enumerate(self.counts) if c},
+            hits_dropped=self.dropped,
+        )
 
 
 # --------------------------------------------------------------------------- the screener
@@ -234,44 +335,53 @@ class Screener:
     """Screens log bytes against a pattern catalogue and extracts progress.
 
     Args:
-        patterns: objects with `.id` and `.regex` (catalogue `PatternSpec`s). A
-            pattern whose object has a true `caseless`/`ignore_case` attribute
-            matches case-insensitively; inline `(?i)` works too.
-        engine: "hyperscan" (default when importable) or "re" (the slow fallback;
-            for tests and architectures without hyperscan).
+        patterns: objects with `.id` and `.regex` (catalogue `PatternSpec`s); a
+            true `.caseless` makes one match case-insensitively.
+        engine: "hyperscan" (default when importable) or "re" (the slow
+            fallback, for architectures without hyperscan and for tests).
+        hits_per_pattern: Hit objects kept per pattern and scan (the first
+            eighth and the newest rest); None keeps all. Counts are always exact.
     """
 
-    def __init__(self, patterns: Sequence[ScreenPattern], *, engine: str | None = None) -> None:
+    def __init__(
+        self,
+        patterns: Sequence[ScreenPattern],
+        *,
+        engine: str | None = None,
+        hits_per_pattern: int | None = HITS_PER_PATTERN,
+    ) -> None:
         if engine is None:
             engine = "hyperscan" if _hs is not None else "re"
+        if engine not in {"hyperscan", "re"}:
+            raise ValueError(f"unknown screening engine {engine!r}; use 'hyperscan' or 're'")
         if engine == "hyperscan" and _hs is None:
             raise RuntimeError(
                 "hyperscan is not installed for this Python; install it (pip install hyperscan) "
-                "or pass engine='re' (much slower)"
+                "or use engine='re' (much slower)"
             )
-        if engine not in {"hyperscan", "re"}:
-            raise ValueError(f"unknown screening engine {engine!r}; use 'hyperscan' or 're'")
         if engine == "re":
             logger.warning(
-                "log screening runs on Python re, not hyperscan: expect well under 10 MB/s per "
-                "pattern set; install hyperscan (x86_64/aarch64 wheels) to screen at grep speed or better"
+                "log screening runs on Python re, not hyperscan: expect a few MB/s instead of "
+                "hundreds; install hyperscan (x86_64/aarch64 wheels) to screen faster than grep"
             )
         self.engine = engine
+        self.hits_per_pattern = hits_per_pattern
         self.pattern_ids: list[str] = [p.id for p in patterns]
         if len(set(self.pattern_ids)) != len(self.pattern_ids):
             raise ValueError("pattern ids must be unique")
-        n = len(self.pattern_ids)
+        self._n = len(self.pattern_ids)
         expressions = [p.regex for p in patterns] + list(CHECKPOINT_MARKERS)
         caseless = [_caseless(p) for p in patterns] + [True] * len(CHECKPOINT_MARKERS)
-        self._n_patterns = n
         self._main = _Compiled(expressions, caseless, engine=engine)
         self._markers = _Compiled(list(PROGRESS_MARKERS), [True] * len(PROGRESS_MARKERS), engine=engine)
         self._lock = threading.Lock()
+        if self._main.re_only and engine == "hyperscan":
+            logger.info("screen patterns on Python re (hyperscan refused them): {}", self.fallback_pattern_ids)
 
     @property
     def fallback_pattern_ids(self) -> list[str]:
-        """Catalogue patterns that run on Python `re` because hyperscan refused them."""
-        return [self.pattern_ids[i] for i, _ in self._main.re_only if i < self._n_patterns]
+        """Catalogue patterns that run on Python `re` (hyperscan refused them, or no hyperscan)."""
+        return [self.pattern_ids[i] for i, _ in self._main.re_only if i < self._n]
 
     # ----------------------------------------------------------------- public API
 
@@ -283,7 +393,7 @@ class Screener:
         progress: str = "newest",
         chunk_bytes: int = CHUNK_BYTES,
     ) -> ScreenResult:
-        """Screen `data` (whole lines; a last line without newline counts as a line).
+        """Screen `data` (whole lines; a last line without a newline counts as a line).
 
         Args:
             first_line_no: line number of the first line of `data`.
@@ -291,20 +401,25 @@ class Screener:
                 "all" parses every progress line (slower), "none" skips progress.
             chunk_bytes: size of the blocks `data` is screened in.
         """
-        result = ScreenResult(bytes=len(data))
-        newlines = self._scan_region(data, 0, len(data), first_line_no, result, progress, chunk_bytes)
-        result.lines = newlines + (1 if data and not data.endswith(b"\n") else 0)
-        return result
+        _check_progress_mode(progress)
+        acc = _Acc(self._n, self.hits_per_pattern)
+        with self._lock:
+            newlines = self._scan_region(data, 0, len(data), first_line_no, acc, progress, chunk_bytes)
+        lines = newlines + (1 if data and not data.endswith(b"\n") else 0)
+        return acc.result(self.pattern_ids, lines=lines, nbytes=len(data))
 
     def scan_lines(self, lines: Sequence[str], *, first_line_no: int = 1) -> list[Hit]:
-        """Screen lines already in memory; each hit carries the original line text."""
+        """Screen lines already in memory; every hit is kept and carries the original line text."""
         encoded = "\n".join(line.replace("\n", " ") for line in lines).encode("utf-8", "surrogateescape")
-        result = self.scan_bytes(encoded + b"\n", first_line_no=first_line_no, progress="none")
-        for hit in result.hits:
+        acc = _Acc(self._n, None)
+        with self._lock:
+            self._scan_region(encoded + b"\n", 0, len(encoded) + 1, first_line_no, acc, "none", CHUNK_BYTES)
+        hits = acc.result(self.pattern_ids, lines=len(lines), nbytes=len(encoded)).hits
+        for hit in hits:
             original = lines[hit.line_no - first_line_no]
             if len(original) <= MAX_LINE_TEXT:
-                hit.line = _ANSI.sub("", original)
-        return result.hits
+                hit.line = _clean(original)
+        return hits
 
     def scan_file(
         self,
@@ -316,15 +431,12 @@ class Screener:
         max_line_bytes: int = 4 * CHUNK_BYTES,
         progress: str = "newest",
     ) -> ScreenResult:
-        """Screen a file from byte `offset` to its end with bounded memory."""
+        """Screen a file from byte `offset` to its end with bounded memory (see scan_stream)."""
         with open(path, "rb") as f:
             f.seek(offset)
             return self.scan_stream(
-                f,
-                first_line_no=first_line_no,
-                chunk_bytes=chunk_bytes,
-                max_line_bytes=max_line_bytes,
-                progress=progress,
+                f, first_line_no=first_line_no, chunk_bytes=chunk_bytes,
+                max_line_bytes=max_line_bytes, progress=progress,
             )
 
     def scan_stream(
@@ -339,107 +451,130 @@ class Screener:
         """Screen a binary stream to its end, holding at most about `max_line_bytes + chunk_bytes`.
 
         A line longer than `max_line_bytes` is screened in pieces that overlap by
-        64 KiB, so a match longer than that which straddles two pieces is missed.
+        64 KiB (a match longer than that, straddling two pieces, is missed); it
+        still counts as one line.
         """
-        result = ScreenResult()
+        _check_progress_mode(progress)
+        acc = _Acc(self._n, self.hits_per_pattern)
         line_no = first_line_no
-        pending = b""
         overlap = 65536
-        seen_long: set[tuple[str, int]] = set()
-        while True:
-            block = stream.read(chunk_bytes)
-            result.bytes += len(block)
-            data = pending + block if pending else block
-            if not block:
-                if data:
-                    part = ScreenResult()
-                    self._scan_region(data, 0, len(data), line_no, part, progress, chunk_bytes)
-                    _merge(result, part, seen_long)
-                    result.lines = line_no - first_line_no + 1
-                else:
-                    result.lines = line_no - first_line_no
-                return result
-            cut = data.rfind(b"\n") + 1
-            if cut == 0 and len(data) < max_line_bytes:
-                pending = data
-                continue
-            if cut == 0:
-                # one line longer than we are willing to hold: screen this piece of it
-                part = ScreenResult()
-                self._scan_region(data, 0, len(data), line_no, part, progress, chunk_bytes)
-                _merge(result, part, seen_long)
-                pending = data[-overlap:]
-                continue
-            part = ScreenResult()
-            line_no += self._scan_region(data, 0, cut, line_no, part, progress, chunk_bytes)
-            _merge(result, part, seen_long)
-            seen_long = {k for k in seen_long if k[1] >= line_no}
-            pending = data[cut:]
+        nbytes = 0
+        # one reusable buffer: the unfinished last line stays at its front, the next read lands after it
+        buf = bytearray(chunk_bytes)
+        filled = 0
+        with self._lock:
+            while True:
+                if len(buf) < filled + chunk_bytes:
+                    buf.extend(bytes(filled + chunk_bytes - len(buf)))
+                with memoryview(buf) as view:
+                    got = stream.readinto(view[filled:filled + chunk_bytes]) or 0
+                nbytes += got
+                total = filled + got
+                if got == 0:
+                    if total:  # a last line without a newline
+                        self._scan_region(buf, 0, total, line_no, acc, progress, chunk_bytes)
+                        line_no += 1
+                    break
+                cut = buf.rfind(b"\n", 0, total) + 1
+                if cut == 0:
+                    if total < max_line_bytes:
+                        filled = total
+                        continue
+                    # one line longer than we are willing to hold: screen this piece of it
+                    self._scan_region(buf, 0, total, line_no, acc, progress, chunk_bytes)
+                    buf[:overlap] = buf[total - overlap:total]
+                    filled = overlap
+                    continue
+                line_no += self._scan_region(buf, 0, cut, line_no, acc, progress, chunk_bytes)
+                buf[:total - cut] = buf[cut:total]
+                filled = total - cut
+        return acc.result(self.pattern_ids, lines=line_no - first_line_no, nbytes=nbytes)
 
     # ----------------------------------------------------------------- internals
 
     def _scan_region(
-        self,
-        data: bytes,
-        start: int,
-        end: int,
-        first_line_no: int,
-        result: ScreenResult,
-        progress: str,
-        chunk_bytes: int,
+        self, data: bytes, start: int, end: int, first_line_no: int, acc: _Acc, progress: str, chunk_bytes: int
     ) -> int:
-        """Screen data[start:end] chunk by chunk; returns the number of newlines in it."""
+        """Screen data[start:end] chunk by chunk (cut at newlines); returns its number of newlines."""
         newlines = 0
         pos = start
-        with self._lock:
-            while pos < end:
-                cut = data.rfind(b"\n", pos, min(end, pos + chunk_bytes)) + 1
+        while pos < end:
+            if pos + chunk_bytes >= end:
+                cut = end
+            else:
+                cut = data.rfind(b"\n", pos, pos + chunk_bytes) + 1
                 if cut <= pos:  # a line longer than a chunk: take all of it
                     nl = data.find(b"\n", pos + chunk_bytes, end)
                     cut = end if nl < 0 else nl + 1
-                if pos + chunk_bytes >= end:
-                    cut = end
-                newlines += self._scan_chunk(data, pos, cut, first_line_no + newlines, result, progress)
-                pos = cut
+            newlines += self._scan_chunk(data, pos, cut, first_line_no + newlines, acc, progress)
+            pos = cut
         return newlines
 
-    def _scan_chunk(
-        self, data: bytes, start: int, end: int, first_line_no: int, result: ScreenResult, progress: str
-    ) -> int:
+    def _scan_chunk(self, data: bytes, start: int, end: int, first_line_no: int, acc: _Acc, progress: str) -> int:
         candidates = self._main.candidate_lines(data, start, end)
+        n = self._n
+        keep_first, keep_last = acc.keep_first, acc.keep_last
+        chunk_recent: dict[int, deque] = {}
         line_no = first_line_no
         counted_to = start
-        n = self._n_patterns
         for ls in sorted(candidates):
-            le, anchor = candidates[ls]
-            ids = self._main.line_ids(data, ls, le)
-            if not ids:
-                continue  # a match that spanned lines; grep would not flag this line
+            _, le, anchor, ids, rescan = candidates[ls]
+            if rescan:
+                ids = self._main.line_ids(data, ls, le)
+                if not ids:
+                    continue  # the match spanned lines; grep would not flag this line
             line_no += data.count(b"\n", counted_to, ls)
             counted_to = ls
-            text: str | None = None
-            for i in ids:
-                if i < n:
-                    if text is None:
-                        text = _line_text(data, ls, le, anchor)
-                    result.hits.append(Hit(pattern_id=self.pattern_ids[i], line_no=line_no, line=text, offset=ls))
-                elif not any(c.line_no == line_no for c in result.checkpoints[-1:]):
-                    sample = parse_checkpoint_line(_tail_text(data, ls, le), line_no=line_no)
-                    if sample is not None:
-                        result.checkpoints.append(sample)
+            last_no, last_ids = acc.last_flagged
+            if line_no == last_no:  # the next piece of a very long line
+                ids = ids - last_ids
+                last_ids |= ids
+            else:
+                last_ids = set(ids)
+                acc.last_flagged = (line_no, last_ids)
+                if any(i < n for i in ids):
+                    acc.flagged += 1
+            if any(i >= n for i in ids):
+                sample = parse_checkpoint_line(_tail_text(data, ls, le), line_no=line_no)
+                if sample is not None:
+                    acc.checkpoints.append(sample)
+            for i in sorted(ids):
+                if i >= n:
+                    continue
+                acc.counts[i] += 1
+                if keep_first is None or acc.first_count[i] < keep_first:
+                    acc.first_count[i] += 1
+                    acc.first.append(self._hit(i, line_no, data, ls, le, anchor))
+                    continue
+                ring = chunk_recent.get(i)
+                if ring is None:
+                    ring = chunk_recent[i] = deque(maxlen=keep_last)
+                if len(ring) == keep_last:
+                    acc.dropped += 1
+                ring.append((line_no, ls, le, anchor))
+        for i, ring in chunk_recent.items():
+            target = acc.recent[i]
+            acc.dropped += max(0, len(target) + len(ring) - (target.maxlen or 0))
+            target.extend(self._hit(i, no, data, ls, le, anchor) for no, ls, le, anchor in ring)
         newlines = line_no - first_line_no + data.count(b"\n", counted_to, end)
         if progress == "newest":
-            sample = self._newest_progress(data, start, end, first_line_no, newlines)
+            sample = self._newest_progress(data, start, end, first_line_no + newlines)
             if sample is not None:
-                result.progress.append(sample)
+                acc.progress.append(sample)
         elif progress == "all":
-            result.progress.extend(self._all_progress(data, start, end, first_line_no))
+            acc.progress.extend(self._all_progress(data, start, end, first_line_no))
         return newlines
 
-    def _newest_progress(
-        self, data: bytes, start: int, end: int, first_line_no: int, newlines: int
-    ) -> ProgressSample | None:
-        """Parse marker lines from the end of the chunk backwards, in growing windows."""
+    def _hit(self, i: int, line_no: int, data: bytes, ls: int, le: int, anchor: int) -> Hit:
+        return Hit.model_construct(
+            pattern_id=self.pattern_ids[i], line_no=line_no, line=_line_text(data, ls, le, anchor), offset=ls
+        )
+
+    def _newest_progress(self, data: bytes, start: int, end: int, line_no_at_end: int) -> ProgressSample | None:
+        """Parse marker lines from the end of the chunk backwards, in growing windows.
+
+        `line_no_at_end` is the line number just past the chunk (first line no + newlines).
+        """
         hi = end
         window = _FIRST_WINDOW
         tries = 0
@@ -450,14 +585,13 @@ class Screener:
                 lo = data.rfind(b"\n", start, lo) + 1 if nl < 0 else nl + 1
             found = self._markers.candidate_lines(data, lo, hi)
             for ls in sorted(found, reverse=True):
-                le = found[ls][0]
+                le = found[ls][1]
                 if le - ls > MAX_PROGRESS_LINE:
                     continue
                 tries += 1
                 sample = parse_progress_line(_tail_text(data, ls, le))
                 if sample is not None:
-                    ends_before = data.count(b"\n", ls, end)  # newlines from this line to the chunk end
-                    sample.line_no = first_line_no + newlines - ends_before
+                    sample.line_no = line_no_at_end - data.count(b"\n", ls, end)
                     return sample
                 if tries >= _MAX_PARSE_TRIES:
                     return None
@@ -471,7 +605,7 @@ class Screener:
         line_no = first_line_no
         counted_to = start
         for ls in sorted(found):
-            le = found[ls][0]
+            le = found[ls][1]
             line_no += data.count(b"\n", counted_to, ls)
             counted_to = ls
             if le - ls > MAX_PROGRESS_LINE:
@@ -485,12 +619,16 @@ class Screener:
 # --------------------------------------------------------------------------- helpers
 
 
+def _check_progress_mode(progress: str) -> None:
+    if progress not in {"newest", "all", "none"}:
+        raise ValueError(f"progress must be 'newest', 'all' or 'none', not {progress!r}")
+
+
 def _caseless(pattern: object) -> bool:
     return bool(getattr(pattern, "caseless", False) or getattr(pattern, "ignore_case", False))
 
 
-def _decode(raw: bytes) -> str:
-    text = raw.decode("utf-8", "replace")
+def _clean(text: str) -> str:
     if "\x1b" in text:
         text = _ANSI.sub("", text)
     return text.replace("\x00", "").rstrip("\r")
@@ -501,23 +639,12 @@ def _line_text(data: bytes, ls: int, le: int, anchor: int) -> str:
     if le - ls > MAX_LINE_TEXT:
         lo = max(ls, min(anchor - MAX_LINE_TEXT * 3 // 4, le - MAX_LINE_TEXT))
         ls, le = lo, min(le, lo + MAX_LINE_TEXT)
-    return _decode(data[ls:le])
+    return _clean(data[ls:le].decode("utf-8", "replace"))
 
 
 def _tail_text(data: bytes, ls: int, le: int) -> str:
     """The end of a line (progress and checkpoint facts sit in the last `\\r` segment)."""
-    return _decode(data[max(ls, le - MAX_LINE_TEXT):le])
-
-
-def _merge(into: ScreenResult, part: ScreenResult, seen_long: set[tuple[str, int]]) -> None:
-    for hit in part.hits:
-        key = (hit.pattern_id, hit.line_no)
-        if key in seen_long:
-            continue  # the same long line, reported again from the overlap of two pieces
-        seen_long.add(key)
-        into.hits.append(hit)
-    into.progress.extend(part.progress)
-    into.checkpoints.extend(c for c in part.checkpoints if not any(c.line_no == k.line_no for k in into.checkpoints[-1:]))
+    return _clean(data[max(ls, le - MAX_LINE_TEXT):le].decode("utf-8", "replace"))
 
 
 # --------------------------------------------------------------------------- grep compatibility

@@ -1,0 +1,196 @@
+"""Screening throughput: jobmedic's Screener against `LC_ALL=C grep -E -c -f` on the same file.
+
+Generates a realistic training log (Megatron-style progress, NCCL INFO chatter,
+warnings, srun-labelled lines, about one failure line per 100,000 lines, ~150
+bytes a line) in a temporary directory (reused when it exists with the same
+parameters), exports the pattern set to ERE for grep, then measures both in the
+same run (median of 3, file in page cache) and checks that both flag the same
+number of lines.
+
+    .venv/bin/python bench/screen.py            # 1 GiB
+    .venv/bin/python bench/screen.py --quick    # 100 MiB, well under a minute
+
+Last line: one JSON object with mb_per_s, grep_mb_per_s, ratio_vs_grep, ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import emit_json, load_patterns, print_table, time_median  # noqa: E402
+
+from activities.detection.screen import CHUNK_BYTES, Screener, export_grep_patterns  # noqa: E402
+
+GENERATOR_VERSION = 2
+MB = 1 << 20
+
+# failure lines, roughly one per 100,000 lines (a fault the catalogue should flag)
+FAILURES = (
+    "[rank{r}]:[E ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum={s}, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600123 milliseconds before timing out.",
+    "{h}:{p}:{p} [{g}] NCCL WARN NET/IB : Got completion from peer 10.0.0.{g}<{p}> with error 12, opcode 0, len 0, vendor err 129",
+    "RuntimeError: CUDA error: an illegal memory access was encountered",
+    "[{t}] {h} kernel: NVRM: Xid (PCI:0000:{g}b:00): 79, pid={p}, name=python, GPU has fallen off the bus.",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU {g} has a total capacity of 79.15 GiB",
+    "slurmstepd: error: *** STEP 4242.0 ON {h} CANCELLED AT 2024-05-01T12:00:00 DUE TO TIME LIMIT ***",
+    "srun: error: {h}: task {r}: Exited with exit code 1",
+    "OSError: [Errno 28] No space left on device",
+    "Traceback (most recent call last):",
+)
+
+
+def _progress(it: int, rng: random.Random) -> str:
+    return (
+        f" [2024-05-01 12:{it // 60 % 60:02d}:{it % 60:02d}] iteration {it:>8}/  500000 | consumed samples: {it * 512:>12} | "
+        f"elapsed time per iteration (ms): {rng.uniform(480, 530):.1f} | learning rate: 2.999E-04 | global batch size:   512 | "
+        f"lm loss: {rng.uniform(2, 3):.6E} | loss scale: 1.0 | grad norm: {rng.uniform(0.1, 2):.3f} | "
+        f"number of skipped iterations:   0 | number of nan iterations:   0 |"
+    )
+
+
+def _chatter(rng: random.Random, host: str, pid: int) -> str:
+    g = rng.randrange(8)
+    kind = rng.randrange(10)
+    if kind < 5:
+        return f"{host}:{pid}:{pid + 7} [{g}] NCCL INFO Channel {rng.randrange(32):02d}/0 : {g}[{g}] -> {(g + 1) % 8}[{(g + 1) % 8}] via P2P/IPC/read"
+    if kind < 7:
+        return f"{host}:{pid}:{pid + 7} [{g}] NCCL INFO comm 0x{rng.getrandbits(40):x} rank {g} nranks 64 cudaDev {g} busId {g}b000 - Init COMPLETE"
+    if kind < 8:
+        return (
+            "/usr/local/lib/python3.10/dist-packages/torch/utils/data/dataloader.py:557: UserWarning: "
+            "This DataLoader will create 16 worker processes in total."
+        )
+    if kind < 9:
+        return f"{g}: [2024-05-01 12:00:01,123] [INFO] [logging.py:96:log_dist] [Rank {g}] step={rng.randrange(10**5)}, skipped=0, lr=[0.0003], mom=[(0.9, 0.95)]"
+    return f"{g}: {host}: data loader shard {rng.randrange(1024)} opened /lustre/datasets/pile/train_{rng.randrange(30):02d}.jsonl (throughput ok)"
+
+
+def generate(path: Path, size: int, *, seed: int = 7) -> None:
+    """Write about `size` bytes of log to `path` (atomically)."""
+    rng = random.Random(seed)
+    tmp = path.with_suffix(".part")
+    written = 0
+    it = 0
+    line_count = 0
+    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+        while written < size:
+            lines = []
+            for _ in range(20000):
+                line_count += 1
+                host = f"gpu-node{rng.randrange(64):03d}"
+                if line_count % 100_000 == 50_000:
+                    tpl = FAILURES[(line_count // 100_000) % len(FAILURES)]
+                    lines.append(tpl.format(r=rng.randrange(64), s=rng.randrange(10**6), h=host,
+                                            p=rng.randrange(10**6), g=rng.randrange(8), t=rng.randrange(10**6)))
+                elif line_count % 4 == 0:
+                    it += 1
+                    lines.append(_progress(it, rng))
+                else:
+                    lines.append(_chatter(rng, host, rng.randrange(10**6)))
+            block = "\n".join(lines) + "\n"
+            f.write(block)
+            written += len(block)
+    os.replace(tmp, path)
+
+
+def log_file(size: int, seed: int) -> Path:
+    folder = Path(tempfile.gettempdir()) / "jobmedic-bench"
+    folder.mkdir(exist_ok=True)
+    path = folder / f"screen-v{GENERATOR_VERSION}-{size}-{seed}.log"
+    if not path.exists():
+        print(f"generating {size / MB:.0f} MiB of log at {path} ...", file=sys.stderr, flush=True)
+        generate(path, size, seed=seed)
+    return path
+
+
+def grep_count(patterns_file: Path, log: Path) -> int:
+    proc = subprocess.run(
+        ["grep", "-E", "-c", "-f", str(patterns_file), str(log)],
+        env={**os.environ, "LC_ALL": "C"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"grep failed ({proc.returncode}): {proc.stderr.strip()}")
+    return int(proc.stdout.strip() or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="100 MiB instead of 1 GiB")
+    parser.add_argument("--size-mb", type=int, default=None, help="log size in MiB (default 1024, 100 with --quick)")
+    parser.add_argument("--chunk-mb", type=float, default=CHUNK_BYTES / MB, help="screening chunk size in MiB")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--include-benign", action="store_true",
+                        help="screen the benign look-alikes too (production checks them on flagged lines only)")
+    args = parser.parse_args(argv)
+    size = (args.size_mb or (100 if args.quick else 1024)) * MB
+    log = log_file(size, args.seed)
+    nbytes = log.stat().st_size
+
+    patterns, source = load_patterns(include_benign=args.include_benign)
+    ere, skipped = export_grep_patterns(patterns)
+    keep = [p for p in patterns if p.id not in set(skipped)]
+    patterns_file = log.parent / "patterns.txt"
+    patterns_file.write_text("\n".join(ere) + "\n", encoding="utf-8")
+    screener = Screener(keep)
+    chunk = int(args.chunk_mb * MB)
+
+    # warm the page cache, then measure
+    subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL, check=True)
+    grep = time_median(lambda: grep_count(patterns_file, log), repeat=args.repeat)
+    ours = time_median(lambda: screener.scan_file(log, chunk_bytes=chunk), repeat=args.repeat)
+    result = ours.value
+    flagged = result.flagged_lines
+    mb = nbytes / MB
+    figures = {
+        "bench": "screen",
+        "bytes": nbytes,
+        "lines": result.lines,
+        "patterns": len(keep),
+        "patterns_source": source,
+        "patterns_without_ere": skipped,
+        "patterns_on_python_re": screener.fallback_pattern_ids,
+        "engine": screener.engine,
+        "chunk_mb": args.chunk_mb,
+        "mb_per_s": round(mb / ours.seconds, 1),
+        "grep_mb_per_s": round(mb / grep.seconds, 1),
+        "ratio_vs_grep": round(grep.seconds / ours.seconds, 2),
+        "lines_flagged": flagged,
+        "grep_lines_flagged": grep.value,
+        "progress_samples": len(result.progress),
+        "newest_iteration": result.newest_progress.iteration if result.newest_progress else None,
+        "checkpoints": len(result.checkpoints),
+        "screen_runs_s": [round(s, 3) for s in ours.runs],
+        "grep_runs_s": [round(s, 3) for s in grep.runs],
+    }
+    print(f"log: {log} ({mb:,.0f} MiB, {result.lines:,} lines); patterns: {len(keep)} from {source}")
+    print_table(
+        ["method", "median s", "MB/s", "lines flagged", "vs grep"],
+        [
+            ["LC_ALL=C grep -E -c -f", grep.seconds, mb / grep.seconds, grep.value, 1.0],
+            [f"jobmedic Screener ({screener.engine}, {args.chunk_mb:g} MiB chunks, newest progress)",
+             ours.seconds, mb / ours.seconds, flagged, grep.seconds / ours.seconds],
+        ],
+    )
+    if flagged != grep.value:
+        print(f"MISMATCH: the screener flagged {flagged} lines, grep {grep.value}", file=sys.stderr)
+        figures["error"] = "flagged line counts differ"
+        emit_json(figures)
+        return 1
+    emit_json(figures)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
