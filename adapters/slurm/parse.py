@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from adapters.errors import ParseError, SchedulerError
+from adapters.errors import ParseError, SchedulerUnreachable
 from adapters.slurm import hostlist
 from adapters.slurm.optin import parse_opt_in
 from workflows.contracts import JobInfo, JobState, NodeInfo, TaskLayout
@@ -48,7 +48,9 @@ def load_document(text: str, *, what: str, list_key: str) -> list[Any]:
 
     Raises:
         ParseError: not JSON, or no list under `list_key`.
-        SchedulerError: Slurm put errors into the document.
+        SchedulerUnreachable: Slurm put errors into the document. squeue/sinfo
+            --json exit 0 with `"errors": [...]` and nothing else when they
+            cannot reach slurmctld (observed, 22.05), so that is what it means.
     """
     try:
         data = json.loads(text)
@@ -61,7 +63,9 @@ def load_document(text: str, *, what: str, list_key: str) -> list[Any]:
         raise ParseError(f"{what} printed JSON that is not an object", line=text[:200])
     errors = data.get("errors") or []
     if errors:
-        raise SchedulerError(f"{what} reported errors: {_describe_errors(errors)}")
+        raise SchedulerUnreachable(
+            f"{what} reported: {_describe_errors(errors)}; is slurmctld up and reachable? (`scontrol ping`)"
+        )
     items = data.get(list_key)
     if not isinstance(items, list):
         raise ParseError(f"{what} printed no {list_key!r} list", line=text[:200])

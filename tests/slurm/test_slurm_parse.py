@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from adapters.errors import ParseError, SchedulerError
+from adapters.errors import ParseError, SchedulerUnreachable
 from adapters.slurm.client import same_job
 from adapters.slurm.parse import (
     block_layout,
@@ -203,10 +203,15 @@ def test_malformed_output_raises_parse_error_with_the_line(text: str, message: s
     assert message in str(caught.value)
 
 
-def test_errors_reported_inside_the_document_are_scheduler_errors() -> None:
-    text = json.dumps({"errors": [{"error": "x", "description": "slurmctld says no"}], "jobs": []})
-    with pytest.raises(SchedulerError, match="slurmctld says no"):
+def test_errors_reported_inside_the_document_mean_unreachable() -> None:
+    # what squeue --json prints (exit code 0!) when slurmctld does not answer, 22.05
+    text = json.dumps({"errors": [{"description": "Failed while looking for jobs", "error_number": -1,
+                                   "error": "Unspecified error", "source": "slurm_load_jobs"}], "jobs": []})
+    with pytest.raises(SchedulerUnreachable, match="Failed while looking for jobs") as caught:
         parse_squeue_json(text)
+    assert caught.value.retryable
+    with pytest.raises(SchedulerUnreachable, match="Unspecified error"):
+        parse_sinfo_json(json.dumps({"errors": [{"error": "Unspecified error", "errno": -1}], "nodes": []}))
 
 
 def test_unknown_state_is_a_state(squeue_text: str) -> None:
