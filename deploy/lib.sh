@@ -9,7 +9,7 @@ VENV=$REPO_ROOT/.venv
 SERVICE=${SERVICE:-deploy}
 _T0=$(date +%s%N)
 
-mkdir -p "$STACK"
+mkdir -p "$STACK/locks"
 
 elapsed() { local ms=$((($(date +%s%N) - _T0) / 1000000)); printf '%d.%03ds' $((ms / 1000)) $((ms % 1000)); }
 say() { printf '[%s %s] %s\n' "$SERVICE" "$(elapsed)" "$*"; }
@@ -26,9 +26,11 @@ need_root() {
 
 # Holds an exclusive lock on this service until the script exits, so that test sessions started
 # at the same time do not race each other bringing the same service up.
+# Daemons started while the lock is held must not inherit it: start them with `9>&-`.
 lock_service() {
-    exec 9>"$STACK/.$SERVICE.lock"
-    flock -w 900 9 || die "another deploy script has held $STACK/.$SERVICE.lock for 15 minutes; is it stuck?"
+    mkdir -p "$STACK/locks"
+    exec 9>"$STACK/locks/$SERVICE.lock"
+    flock -w 900 9 || die "another deploy script has held $STACK/locks/$SERVICE.lock for 15 minutes; is it stuck?"
 }
 
 # apt-get install that works on a machine whose package lists were never fetched.
@@ -41,7 +43,7 @@ apt_install() {
         local opts=(-y -qq --no-install-recommends -o DPkg::Lock::Timeout=300)
         apt-get install "${opts[@]}" "$@" >"$STACK/apt.log" 2>&1 ||
             { apt-get update -qq >>"$STACK/apt.log" 2>&1 && apt-get install "${opts[@]}" "$@" >>"$STACK/apt.log" 2>&1; }
-    ) 8>"$STACK/.apt.lock" || die "apt-get install $* failed; see $STACK/apt.log"
+    ) 8>"$STACK/locks/apt.lock" || die "apt-get install $* failed; see $STACK/apt.log"
 }
 
 # json_str VALUE -> VALUE as a JSON string (the values are our own paths and words; escaping
@@ -79,7 +81,7 @@ set_env() {
         printf 'export %s=%q\n' "$1" "$2" >>"$tmp"
         chmod 644 "$tmp"
         mv -f "$tmp" "$env"
-    ) 7>"$STACK/.env.lock"
+    ) 7>"$STACK/locks/env.lock"
 }
 
 # outcome started|already-up: read by deploy/up.sh to say whether anything had to be started

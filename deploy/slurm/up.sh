@@ -54,7 +54,7 @@ if ! munge_ok; then
     p=$(pid_of /run/munge/munged.pid)
     alive "$p" && die "munged (pid $p) runs but does not answer; see /var/log/munge/munged.log"
     rm -f /run/munge/munged.pid
-    runuser -u munge -- /usr/sbin/munged --force
+    runuser -u munge -- /usr/sbin/munged --force 9>&-
     touch "$LAB/run/munged.started-by-jobmedic"
     for _ in $(seq 50); do munge_ok && break; sleep 0.1; done
     munge_ok || die "munged did not start; see /var/log/munge/munged.log"
@@ -146,7 +146,7 @@ if ! alive "$(ctld_pid)"; then
     if [ "${JOBMEDIC_SLURM_KEEP_STATE:-0}" != 1 ]; then
         rm -rf "${LAB:?}"/state/* "$LAB/log/jobcomp.txt"
     fi
-    slurmctld -f "$SLURM_CONF" -i
+    slurmctld -f "$SLURM_CONF" -i 9>&-
     for _ in $(seq 100); do ctld_up && break; sleep 0.1; done
     ctld_up || die "slurmctld did not come up; last lines of $LAB/log/slurmctld.log:
 $(tail -20 "$LAB/log/slurmctld.log" 2>/dev/null)"
@@ -168,7 +168,7 @@ for n in "${nodes[@]}"; do
     fi
     rm -f "$LAB/run/$n.killed-at"
     mkdir -p "$LAB/spool/$n"
-    slurmd -f "$SLURM_CONF" -N "$n"
+    slurmd -f "$SLURM_CONF" -N "$n" 9>&-
     started+=("slurmd $n (log $LAB/log/slurmd-$n.log)")
 done
 
