@@ -255,7 +255,7 @@ def _hs_line_ends(db, data: bytes, start: int, end: int, found: dict[int, list],
             return reports > MAX_REPORTS_PER_LINE
         nl = find(b"\n", at, end)
         cur_end = end if nl < 0 else nl
-        cur_start = rfind(b"\n", start, at) + 1
+        cur_start = (rfind(b"\n", start, at) + 1) or start
         reports = 0
         cur = found.get(cur_start)
         if cur is None:
@@ -276,18 +276,23 @@ def _hs_line_ends(db, data: bytes, start: int, end: int, found: dict[int, list],
 
 
 def _re_line_ends(pid: int, rx: re.Pattern[bytes], data: bytes, start: int, end: int, found: dict[int, list]) -> None:
+    """Candidate lines for one Python pattern: the line each leftmost match starts in.
+
+    A greedy match may run on into later lines, so the line it starts in is the
+    candidate (checked on its own later), and the search goes on from the next line.
+    """
     pos = start
     while pos < end:
         m = rx.search(data, pos, end)
         if m is None:
             return
-        at = max(m.end() - 1, m.start())
+        at = m.start()
         nl = data.find(b"\n", at, end)
         le = end if nl < 0 else nl
-        ls = data.rfind(b"\n", start, at) + 1
+        ls = (data.rfind(b"\n", start, at) + 1) or start
         entry = found.get(ls)
         if entry is None:
-            found[ls] = [ls, le, at, set(), True]
+            found[ls] = [ls, le, max(at, m.end() - 1) if m.end() - 1 <= le else at, set(), True]
         else:
             entry[4] = True  # the line rescan runs the re patterns on this line
         pos = le + 1
@@ -582,7 +587,7 @@ class Screener:
             lo = max(start, hi - window)
             if lo > start:
                 nl = data.find(b"\n", lo, hi)
-                lo = data.rfind(b"\n", start, lo) + 1 if nl < 0 else nl + 1
+                lo = ((data.rfind(b"\n", start, lo) + 1) or start) if nl < 0 else nl + 1
             found = self._markers.candidate_lines(data, lo, hi)
             for ls in sorted(found, reverse=True):
                 le = found[ls][1]
