@@ -211,7 +211,8 @@ def _apply_pending(conn: sa.Connection, engine: sa.Engine, goal: int) -> int:
         if migration.version > goal or migration.version in versions:
             continue
         logger.info("audit store {}: applying migration {} ({})", where(engine.url), migration.version, migration.name)
-        row = {"version": migration.version, "name": migration.name, "applied_at": datetime.now(UTC).replace(tzinfo=None)}
+        applied_at = datetime.now(UTC).replace(tzinfo=None)
+        row = {"version": migration.version, "name": migration.name, "applied_at": applied_at}
         with step():
             migration.apply(conn)
         if sqlite:

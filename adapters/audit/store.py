@@ -103,6 +103,7 @@ class AuditStore:
     def close(self) -> None:
         """Close every pooled connection; the store can still be used afterwards (it reconnects)."""
         self._engine.dispose()
+        self._schema_ready = False  # an in-memory database is gone with its connection
 
     def __enter__(self) -> AuditStore:
         return self

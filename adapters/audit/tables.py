@@ -59,7 +59,9 @@ class AuditRow(SQLModel, table=True):
     line: str | None = Field(default=None, sa_column=sa.Column("line", TEXT_TYPE, nullable=True))
     category: str | None = _varchar("category")
     fault_domain: str | None = _varchar("fault_domain")
-    implicated_nodes: list | None = Field(default=None, sa_column=sa.Column("implicated_nodes", JSON_TYPE, nullable=True))
+    implicated_nodes: list | None = Field(
+        default=None, sa_column=sa.Column("implicated_nodes", JSON_TYPE, nullable=True)
+    )
     action: str | None = _varchar("action")
     mode: str | None = _varchar("mode")
     rule: str | None = _varchar("rule")

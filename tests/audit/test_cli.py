@@ -53,12 +53,13 @@ def cli_store(
     ]
     entries = [
         make_entry(cluster="lab", job_id="4242", submit_time=submit, attempt=1, mode="action",
-                   workflow_id="jobmedic-lab-4242", event_type=kind, timestamp=failed + timedelta(seconds=offset), **fields)
+                   workflow_id="jobmedic-lab-4242", event_type=kind,
+                   timestamp=failed + timedelta(seconds=offset), **fields)
         for kind, offset, fields in steps
     ]
     noise = [
-        make_entry(cluster="other", job_id="4242", event_type=EventType.INVALID_OPT_IN, timestamp=now - timedelta(days=3),
-                   outcome="comment is not JSON", mode="observe"),
+        make_entry(cluster="other", job_id="4242", event_type=EventType.INVALID_OPT_IN,
+                   timestamp=now - timedelta(days=3), outcome="comment is not JSON", mode="observe"),
         make_entry(cluster="lab", job_id="77", event_type=EventType.ADVICE, timestamp=now - timedelta(minutes=1),
                    action="stop", rule="same_error_twice", mode="observe", category="app_error"),
     ]
@@ -92,7 +93,8 @@ def test_audit_filters_by_time_type_and_limit(cli_store: tuple[AuditStore, list[
     assert ("other", "invalid_opt_in") not in events("--since", "2d")
     assert events("--since", "2m") == [("lab", "advice")]
     assert events("--type", "advice") == [("lab", "advice"), ("lab", "advice")]
-    assert events("--type", "completed", "--type", "invalid_opt_in") == [("other", "invalid_opt_in"), ("lab", "completed")]
+    both = events("--type", "completed", "--type", "invalid_opt_in")
+    assert both == [("other", "invalid_opt_in"), ("lab", "completed")]
     assert events("--limit", "2") == [("lab", "completed"), ("lab", "advice")]  # the newest two, oldest first
     since = (datetime.now(UTC) - timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%S")
     assert events("--since", since) == [("lab", "advice")]

@@ -19,7 +19,8 @@ Make = Callable[..., AuditEntry]
 @pytest.mark.mysql
 def test_unreachable_mysql_is_a_retryable_error(closed_port: int, make_entry: Make) -> None:
     store = AuditStore(f"mysql+pymysql://root@127.0.0.1:{closed_port}/jobmedic")
-    with pytest.raises(AuditStoreError, match=rf"is MySQL running at 127\.0\.0\.1:{closed_port}\? jobmedic retries") as caught:
+    expected = rf"is MySQL running at 127\.0\.0\.1:{closed_port}\? jobmedic retries"
+    with pytest.raises(AuditStoreError, match=expected) as caught:
         store.record(make_entry())
     assert caught.value.retryable is True
     assert isinstance(caught.value, AuditStoreUnavailable)
@@ -82,7 +83,9 @@ def test_sqlite_path_that_cannot_be_a_directory_is_not_retryable(tmp_path: Path)
     assert caught.value.retryable is False
 
 
-def test_sqlite_locked_by_another_writer_is_retryable(tmp_path: Path, make_entry: Make, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sqlite_locked_by_another_writer_is_retryable(
+    tmp_path: Path, make_entry: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import adapters.audit.engine as engine_module
 
     url = f"sqlite:///{tmp_path / 'audit.db'}"

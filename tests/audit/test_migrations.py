@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -78,7 +79,7 @@ def test_upgrade_from_v1_keeps_the_data_and_backfills(store_url: str) -> None:
         for n, ts in enumerate(stamps):
             conn.execute(V1_INSERT, {
                 "key": f"v1-{n}", "ts": ts, "job": f"7{n}", "event": "detection", "line": f"Xid 79 on node{n} ✓",
-                "nodes": f'["node{n}"]', "detail": '{"from": "v1", "n": %d}' % n,
+                "nodes": f'["node{n}"]', "detail": json.dumps({"from": "v1", "n": n}),
             })
     engine.dispose()
 

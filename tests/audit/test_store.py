@@ -57,7 +57,7 @@ def test_record_many_skips_stored_and_repeated_keys(store: AuditStore, make_entr
     assert store.record_many([first, second, second, third]) == [False, True, False, True]
     assert store.record_many([first, second, third]) == [False, False, False]
     assert store.record_many([]) == []
-    assert [e.idempotency_key for e in store.query()] == [first.idempotency_key, second.idempotency_key, third.idempotency_key]
+    assert store.query() == [first, second, third]
 
 
 def test_record_many_racing_batches_write_each_key_once(store_url: str, make_entry: Make) -> None:
@@ -234,3 +234,41 @@ async def test_async_store_writes_once_under_concurrent_calls(store: AuditStore,
     assert len(await audit.query(job_id=entry.job_id)) == 2
     assert await audit.get(entry.idempotency_key) == entry
     await audit.close()
+
+
+def test_a_key_reused_for_another_event_keeps_the_first_and_warns(store: AuditStore, make_entry: Make) -> None:
+    from loguru import logger
+
+    warnings: list[str] = []
+    sink = logger.add(warnings.append, level="WARNING", format="{message}")
+    first = make_entry(idempotency_key="same-key", job_id="1", event_type=EventType.ADVICE)
+    other = make_entry(idempotency_key="same-key", job_id="2", event_type=EventType.STOPPED)
+    assert store.record(first) is True
+    assert store.record(other) is False
+    logger.remove(sink)
+    assert store.query() == [first]
+    assert len(warnings) == 1 and "same-key" in warnings[0]
+
+
+def test_a_row_this_version_cannot_read_is_reported_not_hidden(store: AuditStore, make_entry: Make) -> None:
+    import sqlalchemy as sa
+
+    from adapters.audit import AuditStoreRejected
+
+    store.record(make_entry())
+    with store._engine.begin() as conn:
+        conn.execute(sa.text("UPDATE audit_entry SET event_type = 'from_the_future'"))
+    with pytest.raises(AuditStoreRejected, match="upgrade jobmedic") as caught:
+        store.query()
+    assert caught.value.retryable is False
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:"])
+def test_in_memory_sqlite_works_across_threads(url: str, make_entry: Make) -> None:
+    import asyncio
+
+    store = AuditStore(url)
+    entry = make_entry()
+    assert asyncio.run(AsyncAuditStore(store).record(entry)) is True  # written from a worker thread
+    assert store.query() == [entry]  # read from this one: the same database
+    store.close()

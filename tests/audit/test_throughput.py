@@ -16,7 +16,9 @@ FLOOR_PER_S = 25
 N = 300
 
 
-def test_record_rate(store: AuditStore, make_entry: Callable[..., AuditEntry], record_property: Callable[..., None]) -> None:
+def test_record_rate(
+    store: AuditStore, make_entry: Callable[..., AuditEntry], record_property: Callable[..., None]
+) -> None:
     store.migrate()
     entries = [make_entry(job_id=str(n), line="x" * 200, implicated_nodes=["node1"]) for n in range(N)]
     start = time.perf_counter()

@@ -63,13 +63,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--job", metavar="ID", help="only this Slurm job id")
     parser.add_argument(
         "--since", metavar="WHEN", type=parse_since,
-        help="only entries at or after WHEN: a span back from now (30m, 2h, 7d) or an ISO time (UTC unless it has an offset)",
+        help="only entries at or after WHEN: a span back from now (30m, 2h, 7d) "
+        "or an ISO time (UTC unless it has an offset)",
     )
     parser.add_argument(
         "--type", dest="types", metavar="EVENT", action="append", choices=[e.value for e in EventType],
         help="only this event type (repeat for several): " + ", ".join(e.value for e in EventType),
     )
-    parser.add_argument("--format", choices=["table", "json", "csv"], default="table", help="output format (default: table)")
+    parser.add_argument(
+        "--format", choices=["table", "json", "csv"], default="table", help="output format (default: table)"
+    )
     parser.add_argument(
         "--limit", type=_positive_int, default=DEFAULT_LIMIT, metavar="N",
         help=f"at most the newest N entries (default: {DEFAULT_LIMIT})",

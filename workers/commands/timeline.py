@@ -38,7 +38,10 @@ def run_timeline(args: argparse.Namespace, settings: Settings) -> int:
         print(format_timeline(records))
     if not records:
         where = f" on cluster {args.cluster}" if args.cluster else ""
-        print(f"jobmedic: no audit entries for job {args.job}{where}; `jobmedic audit` lists what there is", file=sys.stderr)
+        print(
+            f"jobmedic: no audit entries for job {args.job}{where}; `jobmedic audit` lists what there is",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
