@@ -538,11 +538,6 @@ _SYMPTOM_ORDER = (
     Category.CUDA_ERROR, Category.APP_ERROR, Category.INTERCONNECT, Category.NCCL_ERROR, Category.NCCL_TIMEOUT,
     Category.GPU_HARDWARE, Category.HANG, Category.TIME_LIMIT,
 )
-# categories whose fault lies with a node, so implicating its host is meaningful
-_HOST_CATEGORIES = {
-    Category.GPU_HARDWARE, Category.INTERCONNECT, Category.NODE_FAILURE, Category.HOST_OOM,
-    Category.DATA_IO, Category.NCCL_TIMEOUT, Category.NCCL_ERROR, Category.HANG, Category.CUDA_ERROR,
-}
 _SIGNED = {Category.APP_ERROR, Category.CUDA_ERROR, Category.GPU_OOM, Category.DATA_IO}
 
 
@@ -642,6 +637,8 @@ def _choose(b: _Builder, evidence: JobEvidence) -> _Choice:
 
     # 7. symptoms only (and, for a job known to have failed, warnings)
     weak = [s for s in sigs if s.role in ("symptom", "cause") and s.severity in ("fatal", "error")]
+    if not job_failed:
+        weak = [s for s in weak if not _ambiguous(s)]
     if job_failed:
         weak += [s for s in sigs if s.severity == "warning" and s.category != Category.NONE]
     weak = [s for s in weak if before_cutoff(s)]
@@ -658,6 +655,19 @@ def _choose(b: _Builder, evidence: JobEvidence) -> _Choice:
     if evidence.hang_suspected:
         return _Choice(Category.HANG, [], 0.6, hosts=sorted(set(evidence.straggler_hosts)))
     return _Choice(Category.NONE, [], 0.0)
+
+
+# symptoms that also show up in healthy runs (HTTP retries, handled exceptions, chatter about nodes)
+_AMBIGUOUS_PATTERNS = {
+    "connection_reset_generic", "c10d_store_failure", "torch_dist_network_error", "node_died_words",
+    "preempted_words", "slurm_exceeded_memory", "gloo_transport_failure", "nccl_socket_peer_closed",
+}
+
+
+def _ambiguous(s: Signal) -> bool:
+    if s.pattern_id in _AMBIGUOUS_PATTERNS:
+        return True
+    return s.pattern_id == "python_exception" and s.role == "symptom"
 
 
 def _nccl_timeout_choice(b: _Builder, timeouts: list[Signal], evidence: JobEvidence) -> _Choice:
@@ -817,12 +827,13 @@ def _verdict(b: _Builder, choice: _Choice, evidence: JobEvidence, catalogue: Cat
     hosts: set[str] = set(choice.hosts)
     ranks: set[int] = set(choice.ranks)
     gpus: set[str] = set()
-    if cat == Category.NCCL_TIMEOUT:
-        pass  # suspects only; reporters are victims
-    elif cat in _HOST_CATEGORIES and not (cat == Category.CUDA_ERROR and domain == FaultDomain.APPLICATION):
+    if _implicates_hosts(cat, domain):
+        any_condemns = any(x.condemns for x in sigs)
         for s in sigs:
-            if cat == Category.GPU_HARDWARE and not s.condemns and any(x.condemns for x in sigs):
-                continue
+            if any_condemns and not s.condemns:
+                continue  # the condemning lines name the node; the rest may come from victims
+            if cat == Category.INTERCONNECT and not (s.condemns or s.severity == "fatal"):
+                continue  # a rank that lost its peer is not the faulty one
             if s.host:
                 hosts.add(s.host)
     for s in sigs:
@@ -852,6 +863,17 @@ def _verdict(b: _Builder, choice: _Choice, evidence: JobEvidence, catalogue: Cat
         explanation=explanation,
         deterministic_signature=_signature(cat, primary, b.known_hosts | hosts),
     )
+
+
+def _implicates_hosts(cat: Category, domain: FaultDomain) -> bool:
+    """Whether the hosts the evidence came from are suspects (not just where a victim or a bug showed)."""
+    if cat in (Category.NCCL_TIMEOUT, Category.NCCL_ERROR):
+        return False  # every rank reports these; suspects are worked out separately
+    if cat == Category.CUDA_ERROR:
+        return domain != FaultDomain.APPLICATION
+    if cat == Category.DATA_IO:
+        return domain == FaultDomain.SYSTEM_SOFTWARE
+    return cat in (Category.GPU_HARDWARE, Category.INTERCONNECT, Category.NODE_FAILURE, Category.HANG)
 
 
 def _primary(cat: Category, sigs: list[Signal], b: _Builder) -> Signal | None:
@@ -979,7 +1001,7 @@ def _explain(
     if repeat:
         parts.append(f"{', '.join(repeat)} also failed other jobs recently, which raises confidence.")
     job = evidence.job
-    if job is not None:
+    if job is not None and job.state != JobState.UNKNOWN:
         parts.append(f"Scheduler: job {job.job_id} is {job.state.value}"
                      + (f" ({job.reason})" if job.reason else "")
                      + (f", exit code {job.exit_code}" if job.exit_code is not None else "") + ".")
