@@ -148,13 +148,14 @@ def _parse_megatron(line: str) -> ProgressSample | None:
 # --------------------------------------------------------------------------- DeepSpeed
 
 _DS_STEP = re.compile(r"\b(?:global_step|step)=([0-9]+)")
-_DS_RATE = re.compile(r"(?:CurrSamplesPerSec|samples/sec|RunningAvgSamplesPerSec)\s*=\s*(" + _NUM + ")")
+_DS_RATE = re.compile(r"(?:CurrSamplesPerSec|samples/sec)\s*=\s*(" + _NUM + ")")
+_DS_AVG_RATE = re.compile(r"RunningAvgSamplesPerSec\s*=\s*(" + _NUM + ")")
 _DS_LOSS = re.compile(r"\bloss\s*[=:]\s*(" + _NUM + ")", re.IGNORECASE)
 
 
 def _parse_deepspeed(line: str) -> ProgressSample | None:
     step = _DS_STEP.search(line)
-    rate = _DS_RATE.search(line)
+    rate = _DS_RATE.search(line) or _DS_AVG_RATE.search(line)  # the current rate over the running average
     if step is None and rate is None:
         return None
     loss = _DS_LOSS.search(line)
