@@ -1,22 +1,41 @@
-"""The one place where a cluster's job-log source is built from settings."""
+"""Choosing the log sources once, from settings (the worker calls these and passes the result down)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from adapters.errors import ConfigError
+from adapters.logs.files import ConnectionProvider, LocalFileLogSource, LogSource, SftpLogSource
+from adapters.logs.loki import LokiLogSource
+from adapters.logs.stores import JobLogStore
+from adapters.logs.victorialogs import VictoriaLogsSource
+from workers.settings import LogSourceSettings
 
-from adapters.logs.files import LocalFileLogSource, SftpLogSource
 
-if TYPE_CHECKING:  # adapters never import workers at run time
-    from workers.settings import ClusterSettings
+def file_log_source(settings: LogSourceSettings, *, connection_provider: ConnectionProvider | None = None) -> LogSource:
+    """Job output files: over SFTP when the scheduler is reached by SSH (give its connection), else local."""
+    if connection_provider is not None:
+        return SftpLogSource(
+            connection_provider,
+            max_bytes=settings.max_bytes_per_read,
+            max_line_bytes=settings.max_line_bytes,
+            timeout_s=settings.timeout_s,
+        )
+    return LocalFileLogSource(max_bytes=settings.max_bytes_per_read, max_line_bytes=settings.max_line_bytes)
 
 
-def build_log_source(cluster: ClusterSettings, slurm: object) -> LocalFileLogSource | SftpLogSource:
-    """Job output files: read locally, or over SFTP through the Slurm adapter's SSH connection."""
-    logs = cluster.logs
-    if cluster.scheduler.access == "ssh":
-        runner = getattr(slurm, "runner", None)
-        connection = getattr(runner, "connection", None)
-        if connection is None:
-            raise TypeError("SSH access needs the Slurm client's SSH runner for SFTP")
-        return SftpLogSource(connection, max_bytes=logs.max_bytes_per_read, max_line_bytes=logs.max_line_bytes)
-    return LocalFileLogSource(max_bytes=logs.max_bytes_per_read, max_line_bytes=logs.max_line_bytes)
+def job_log_store(settings: LogSourceSettings) -> JobLogStore | None:
+    """The log store named by `logs.kind`, or None for `files` (job output files only)."""
+    if settings.kind == "files":
+        return None
+    if not settings.url:
+        raise ConfigError(f"logs.url is required when logs.kind is {settings.kind!r} (the store's base URL)")
+    options = {
+        "job_label": settings.job_label,
+        "host_label": settings.host_label,
+        "extra_selector": settings.extra_selector,
+        "timeout_s": settings.timeout_s,
+        "bearer_token": settings.bearer_token,
+        "max_line_bytes": settings.max_line_bytes,
+    }
+    if settings.kind == "loki":
+        return LokiLogSource(settings.url, **options)  # type: ignore[arg-type]
+    return VictoriaLogsSource(settings.url, **options)  # type: ignore[arg-type]
