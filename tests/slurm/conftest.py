@@ -118,3 +118,15 @@ def running(job: JobInfo) -> bool:
 
 def scontrol(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=30, check=False)
+
+
+def ensure_resumed(node: str) -> None:
+    scontrol("update", f"NodeName={node}", "State=RESUME")
+
+
+@pytest.fixture
+def drain_node_name(slurm_cluster: object) -> Iterator[str]:
+    """A node the test may drain; resumed afterwards whatever happened."""
+    node = slurm_cluster.nodes[-1]  # type: ignore[attr-defined]
+    yield node
+    ensure_resumed(node)

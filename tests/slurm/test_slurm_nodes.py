@@ -14,17 +14,9 @@ from adapters.errors import ActionRefused
 from adapters.slurm.client import SlurmClient
 from workflows.contracts import NodeInfo
 
-from .conftest import scontrol
+from .conftest import ensure_resumed, scontrol
 
 pytestmark = pytest.mark.slurm
-
-
-def node_for_drain_tests(slurm_cluster: object) -> str:
-    return slurm_cluster.nodes[-1]  # type: ignore[attr-defined]
-
-
-def ensure_resumed(node: str) -> None:
-    scontrol("update", f"NodeName={node}", "State=RESUME")
 
 
 async def wait_node(client: SlurmClient, name: str, done: object, *, timeout: float, what: str) -> NodeInfo:
@@ -36,13 +28,6 @@ async def wait_node(client: SlurmClient, name: str, done: object, *, timeout: fl
         if time.monotonic() > deadline:
             pytest.fail(f"node {name} not {what} after {timeout} s: {node}")
         await asyncio.sleep(0.5)
-
-
-@pytest.fixture
-def drain_node_name(slurm_cluster: object) -> Iterator[str]:
-    node = node_for_drain_tests(slurm_cluster)
-    yield node
-    ensure_resumed(node)
 
 
 @pytest.fixture
