@@ -390,6 +390,15 @@ class _Builder:
 
     # --------------------------------------------------------------- torchrun summaries
 
+    def elastic_root(self) -> tuple[str | None, int | None] | None:
+        """Host and rank of torchrun's first observed failure, if the log has its summary."""
+        for entry in self.elastic:
+            if entry.get("host") or entry.get("rank"):
+                rank = int(entry["rank"]) if entry.get("rank") else None
+                host = self._norm_host(entry.get("host")) or (self.host_of_rank(rank) if rank is not None else None)
+                return host, rank
+        return None
+
     def add_elastic(self) -> None:
         """torchrun's 'Root Cause' blocks: the first one names the first failed worker."""
         for entry in self.elastic[:4]:
@@ -479,8 +488,12 @@ class _Builder:
                 cat, dom, sev, condemns, note = Category.INTERCONNECT, FaultDomain.HARDWARE, "warning", False, "NVLink errors"
             else:
                 continue
+            m = re.search(r"GPU ([0-9]{1,3})(?: \(([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9])?)\))?", text)
+            gpu_ref = None
+            if m and host:
+                gpu_ref = f"{host}:{(m.group(2) or m.group(1)).lower()}"
             self.signals.append(Signal(cat, dom, sev, "cause", condemns, "metrics", text, host=host,
-                                       pattern_id=fact.pattern_id, note=note, order=10**9))
+                                       pattern_id=fact.pattern_id, note=note, gpu=gpu_ref, order=10**9))
 
     # --------------------------------------------------------------- hosts of ranks
 
@@ -612,8 +625,10 @@ def _choose(b: _Builder, evidence: JobEvidence) -> _Choice:
     if hw:
         return _Choice(Category.GPU_HARDWARE, hw, 0.75)
 
-    # 4. software causes: the earliest wins
+    # 4. software causes: the earliest wins, but a generic exception followed closely by a specific
+    #    error from the same process is that error's traceback (the last exception is what matters)
     software = [s for s in causes if s.category in _SOFTWARE]
+    software = [s for s in software if not _superseded(s, software)]
     if software:
         first = min(software, key=lambda s: (s.order, _SOFTWARE_TIE[s.category]))
         chosen = [s for s in software if s.category == first.category]
@@ -668,6 +683,16 @@ def _ambiguous(s: Signal) -> bool:
     if s.pattern_id in _AMBIGUOUS_PATTERNS:
         return True
     return s.pattern_id == "python_exception" and s.role == "symptom"
+
+
+def _superseded(s: Signal, others: list[Signal]) -> bool:
+    if s.pattern_id != "python_exception" or s.line_no is None:
+        return False
+    return any(
+        t.pattern_id != "python_exception" and t.line_no is not None and 0 < t.line_no - s.line_no <= 40
+        and (t.host, t.task, t.rank) == (s.host, s.task, s.rank)
+        for t in others
+    )
 
 
 def _nccl_timeout_choice(b: _Builder, timeouts: list[Signal], evidence: JobEvidence) -> _Choice:
@@ -841,6 +866,12 @@ def _verdict(b: _Builder, choice: _Choice, evidence: JobEvidence, catalogue: Cat
             ranks.add(s.rank)
         if s.gpu and cat in (Category.GPU_HARDWARE, Category.CUDA_ERROR, Category.GPU_OOM, Category.INTERCONNECT):
             gpus.add(s.gpu)
+    if not hosts and _implicates_hosts(cat, domain) and cat != Category.HANG:
+        root = b.elastic_root()
+        if root is not None and root[0]:
+            hosts.add(root[0])
+            if root[1] is not None:
+                ranks.add(root[1])
     if cat == Category.HANG:
         hosts |= set(evidence.straggler_hosts)
     if cat in (Category.NODE_FAILURE,) and not hosts:
@@ -873,7 +904,8 @@ def _implicates_hosts(cat: Category, domain: FaultDomain) -> bool:
         return domain != FaultDomain.APPLICATION
     if cat == Category.DATA_IO:
         return domain == FaultDomain.SYSTEM_SOFTWARE
-    return cat in (Category.GPU_HARDWARE, Category.INTERCONNECT, Category.NODE_FAILURE, Category.HANG)
+    # a hang is reported by every stuck rank alike; its suspects are the stragglers named separately
+    return cat in (Category.GPU_HARDWARE, Category.INTERCONNECT, Category.NODE_FAILURE)
 
 
 def _primary(cat: Category, sigs: list[Signal], b: _Builder) -> Signal | None:

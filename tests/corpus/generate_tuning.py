@@ -430,7 +430,8 @@ def gpu_hardware(rng: random.Random, i: int) -> None:
             if c.host_of(r) != bad_host:
                 c.watchdog(r, 4242, "ALLREDUCE", 600000)
     elif kind == 8:
-        c.sidecar["metric_facts"] = [{"source": "metrics", "line": f"DCGM_FI_DEV_XID_ERRORS{{gpu=\"{rng.randint(0, 7)}\",Hostname=\"{bad_host}\"}} = 48", "host": bad_host}]
+        g = rng.randint(0, 7)
+        c.sidecar["metric_facts"] = [{"source": "metrics", "line": f"{bad_host} GPU {g} (00000000:{rng.choice(['18', '3B', 'AF'])}:00.0): {rng.choice(['Xid 48 reported by DCGM', '2 double-bit (uncorrectable) ECC error(s) in the window', 'row remapping failed (DCGM_FI_DEV_ROW_REMAP_FAILURE)'])}", "host": bad_host, "pattern_id": "metrics.xid"}]
         c.sidecar["job"] = {"state": "FAILED", "exit_code": 1}
         c.traceback(0, ["/workspace/train.py"], f"torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version {c.nccl}")
     else:
