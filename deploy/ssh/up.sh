@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# deploy/ssh/up.sh - a key-only sshd on 127.0.0.1 for jobmedic's SSH mode: its own sshd_config, host
+# key and client key pair under $JOBMEDIC_STACK_DIR/ssh, SFTP for reading job logs, and
+# `SetEnv SLURM_CONF=...` so that remote Slurm commands find the local cluster. Also writes a
+# second known_hosts that lists a different key for the same [host]:port (the wrong-host-key test).
+# Idempotent. Knob: JOBMEDIC_SSH_PORT (default 2222). Writes $JOBMEDIC_STACK_DIR/ssh.json.
+set -euo pipefail
+SERVICE=ssh
+# shellcheck source=../lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+PORT=${JOBMEDIC_SSH_PORT:-2222}
+HOST=127.0.0.1
+USER_NAME=root
+D=$STACK/ssh
+SLURM_CONF_PATH=${JOBMEDIC_SLURM_LAB:-/tmp/jobmedic-slurm/cluster}/etc/slurm.conf
+# the cluster recipe (/work/shared/recipes/slurm-local/ssh-up.sh) may hold the port already
+RECIPE_D=${SLURMLAB_SSH_DIR:-/tmp/jobmedic-slurm/ssh}
+mkdir -p "$D"
+lock_service
+need_root
+
+have ssh-keygen && have ssh && [ -x /usr/sbin/sshd ] || apt_install openssh-server openssh-client
+install -d -m 755 /run/sshd # privilege separation directory; sshd refuses to start without it
+
+keygen() { [ -s "$1" ] || ssh-keygen -q -t ed25519 -N '' -C "$2" -f "$1"; }
+keygen "$D/hostkey" jobmedic-stack-host
+keygen "$D/client_key" jobmedic-stack-client
+keygen "$D/wrong_hostkey" jobmedic-stack-not-the-host
+install -m 600 "$D/client_key.pub" "$D/authorized_keys"
+echo "[$HOST]:$PORT $(cut -d' ' -f1,2 "$D/wrong_hostkey.pub")" >"$D/wrong_known_hosts"
+
+render_config() {
+    cat <<CONF
+# written by jobmedic deploy/ssh/up.sh
+Port $PORT
+ListenAddress $HOST
+HostKey $D/hostkey
+PidFile $D/sshd.pid
+AuthorizedKeysFile $D/authorized_keys
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+UsePAM no
+# the keys live under /tmp (world-writable parent): skip sshd's ownership/mode checks
+StrictModes no
+# jobmedic reads job logs over SFTP on the same connection
+Subsystem sftp internal-sftp
+# remote Slurm commands find the local cluster
+SetEnv SLURM_CONF=$SLURM_CONF_PATH
+LogLevel VERBOSE
+CONF
+}
+try_login() { # key file, known_hosts file
+    ssh -p "$PORT" -i "$1" -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile="$2" \
+        -o ConnectTimeout=5 -o LogLevel=ERROR "$USER_NAME@$HOST" 'echo "$SLURM_CONF"' 2>/dev/null
+}
+listener_pid() { ss -ltnpH "sport = :$PORT" 2>/dev/null | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2; }
+
+key_file=$D/client_key
+known_hosts=$D/known_hosts
+log=$D/sshd.log
+started=""
+pid=$(pid_of "$D/sshd.pid")
+if ! alive "$pid" && port_open "$PORT" && [ "$(listener_pid)" = "$(pid_of "$RECIPE_D/sshd.pid")" ]; then
+    # someone started the recipe's sshd on this port: use it as it is rather than stop it
+    pid=$(listener_pid)
+    key_file=$RECIPE_D/client_key
+    known_hosts=$RECIPE_D/known_hosts
+    log=$RECIPE_D/sshd.log
+    say "reusing the sshd of the slurm-local recipe on $HOST:$PORT (pid $pid, config $RECIPE_D/sshd_config)"
+    grep -q '^Subsystem[[:space:]]*sftp' "$RECIPE_D/sshd_config" ||
+        say "WARNING: that sshd has no SFTP subsystem, so SFTP log reading fails against it; stop it" \
+            "($RECIPE_D/../../ssh-down.sh or kill $pid) and run deploy/up.sh ssh to get deploy's own"
+else
+    echo "[$HOST]:$PORT $(cut -d' ' -f1,2 "$D/hostkey.pub")" >"$known_hosts"
+    render_config >"$D/sshd_config.new"
+    /usr/sbin/sshd -t -f "$D/sshd_config.new" || die "sshd rejects the generated $D/sshd_config.new"
+    if alive "$pid"; then
+        if ! cmp -s "$D/sshd_config.new" "$D/sshd_config"; then
+            mv -f "$D/sshd_config.new" "$D/sshd_config"
+            kill -HUP "$pid" # sshd re-reads its configuration and keeps open sessions
+            started="reloaded sshd (pid $pid) with a changed $D/sshd_config"
+        fi
+    else
+        port_open "$PORT" && die "port $HOST:$PORT is taken by pid $(listener_pid), which is not deploy's sshd;" \
+            "stop it or set JOBMEDIC_SSH_PORT"
+        mv -f "$D/sshd_config.new" "$D/sshd_config"
+        /usr/sbin/sshd -f "$D/sshd_config" -E "$log" 9>&-
+        for _ in $(seq 50); do alive "$(pid_of "$D/sshd.pid")" && break; sleep 0.1; done
+        pid=$(pid_of "$D/sshd.pid")
+        started="sshd pid $pid on $HOST:$PORT (config $D/sshd_config, log $log)"
+    fi
+    rm -f "$D/sshd_config.new"
+fi
+
+seen=""
+for _ in $(seq 50); do seen=$(try_login "$key_file" "$known_hosts") && break; sleep 0.1; done
+[ -n "$seen" ] || die "cannot log in to $USER_NAME@$HOST:$PORT with $key_file and $known_hosts; see $log"
+
+write_json "$STACK/ssh.json" \
+    host "$(json_str "$HOST")" \
+    port "$PORT" \
+    user "$(json_str "$USER_NAME")" \
+    key_file "$(json_str "$key_file")" \
+    known_hosts "$(json_str "$known_hosts")" \
+    wrong_known_hosts "$(json_str "$D/wrong_known_hosts")"
+summary="ssh -p $PORT -i $key_file -o UserKnownHostsFile=$known_hosts $USER_NAME@$HOST (remote SLURM_CONF=$seen, log $log)"
+if [ -z "$started" ]; then
+    outcome already-up
+    say "already up: $summary"
+else
+    outcome started
+    say "started $started"
+    say "up: $summary"
+fi
