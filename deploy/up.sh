@@ -12,7 +12,7 @@ ALL=(slurm temporal mysql ssh)
 services=("$@")
 [ ${#services[@]} -gt 0 ] || services=("${ALL[@]}")
 for s in "${services[@]}"; do
-    [[ " ${ALL[*]} " == *" $s "* ]] || { echo "usage: $0 [${ALL[*]// /|} ...]  (unknown service '$s')" >&2; exit 2; }
+    [[ " ${ALL[*]} " == *" $s "* ]] || { echo "usage: $0 [$(IFS="|"; echo "${ALL[*]}") ...]  (unknown service '$s')" >&2; exit 2; }
 done
 need_root
 fresh=()
