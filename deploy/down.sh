@@ -7,10 +7,12 @@ SERVICE=down
 # shellcheck source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 ALL=(slurm temporal mysql ssh)
+# a service is any deploy/<name>/ with an up.sh and down.sh (e.g. prometheus); no argument means ALL
+mapfile -t KNOWN < <(cd "$DEPLOY_DIR" && for d in */; do [ -f "$d/up.sh" ] && echo "${d%/}"; done)
 services=("$@")
 [ ${#services[@]} -gt 0 ] || services=(ssh mysql temporal slurm)
 for s in "${services[@]}"; do
-    [[ " ${ALL[*]} " == *" $s "* ]] || { echo "usage: $0 [$(IFS="|"; echo "${ALL[*]}") ...]  (unknown service '$s')" >&2; exit 2; }
+    [[ " ${KNOWN[*]} " == *" $s "* ]] || { echo "usage: $0 [$(IFS="|"; echo "${KNOWN[*]}") ...]  (unknown service '$s')" >&2; exit 2; }
 done
 need_root
 rc=0

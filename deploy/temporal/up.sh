@@ -39,8 +39,9 @@ listener_pid() { ss -ltnpH "sport = :$PORT" 2>/dev/null | grep -o 'pid=[0-9]*' |
 started=""
 pid=$(pid_of "$PIDFILE")
 if alive "$pid"; then
-    for _ in $(seq 150); do healthy && break; sleep 0.2; done
-    healthy || die "the dev server (pid $pid) runs but is not SERVING after 30 s; see $LOG"
+    ok=0
+    for _ in $(seq 150); do if healthy; then ok=1; break; fi; sleep 0.2; done
+    [ $ok = 1 ] || die "the dev server (pid $pid) runs but is not SERVING after 30 s; see $LOG"
 elif port_open "$PORT"; then
     healthy || die "something that is not a healthy Temporal server listens on $ADDRESS" \
         "(pid $(listener_pid)); stop it or set JOBMEDIC_TEMPORAL_PORT"
@@ -60,13 +61,14 @@ else
     setsid nohup "$TEMPORAL" "${args[@]}" >>"$LOG" 2>&1 </dev/null 9>&- &
     pid=$!
     echo "$pid" >"$PIDFILE"
+    ok=0
     for _ in $(seq 300); do
-        healthy && break
+        if healthy; then ok=1; break; fi
         alive "$pid" || die "the dev server exited at start; last lines of $LOG:
 $(tail -20 "$LOG")"
         sleep 0.2
     done
-    healthy || die "the dev server (pid $pid) is not SERVING after 60 s; see $LOG"
+    [ $ok = 1 ] || die "the dev server (pid $pid) is not SERVING after 60 s; see $LOG"
     started="dev server pid $pid on $ADDRESS, UI $UI_URL, db $DB (log $LOG)"
 fi
 
