@@ -150,7 +150,11 @@ async def _read_chunk(
     )
 
 
-async def _tail(file: _OpenFile, end: int, *, max_lines: int, max_bytes: int, max_line_bytes: int) -> list[str]:
+async def _tail(
+    file: _OpenFile, cursor: LogCursor | None, *, max_lines: int, max_bytes: int, max_line_bytes: int
+) -> list[str]:
+    # a cursor into an older incarnation of the file says nothing about this one: use its end
+    end = cursor.offset if cursor is not None and await _same_file(file, cursor) else file.size
     end = min(end, file.size)
     start = max(0, end - max_bytes)
     data = await file.read_at(start, end - start) if end > start else b""
@@ -237,7 +241,7 @@ class LocalFileLogSource:
             os.close(file.fd)
 
     async def tail_window(self, cursor_or_path: LogCursor | str, *, max_lines: int, max_bytes: int) -> list[str]:
-        path, end = _path_and_end(cursor_or_path)
+        path, cursor = _path_and_cursor(cursor_or_path)
         try:
             file = await asyncio.to_thread(_open_local, path)
         except _Missing:
@@ -245,7 +249,7 @@ class LocalFileLogSource:
         try:
             return await _tail(
                 file,
-                file.size if end is None else end,
+                cursor,
                 max_lines=max_lines,
                 max_bytes=max_bytes,
                 max_line_bytes=self.max_line_bytes,
@@ -256,9 +260,9 @@ class LocalFileLogSource:
             os.close(file.fd)
 
 
-def _path_and_end(cursor_or_path: LogCursor | str | os.PathLike[str]) -> tuple[str, int | None]:
+def _path_and_cursor(cursor_or_path: LogCursor | str | os.PathLike[str]) -> tuple[str, LogCursor | None]:
     if isinstance(cursor_or_path, LogCursor):
-        return cursor_or_path.path, cursor_or_path.offset
+        return cursor_or_path.path, cursor_or_path
     return os.fspath(cursor_or_path), None
 
 
@@ -344,12 +348,12 @@ class SftpLogSource:
             return LogChunk(cursor=cursor.model_copy(), first_line_no=cursor.line_no + 1, missing=True)
 
     async def tail_window(self, cursor_or_path: LogCursor | str, *, max_lines: int, max_bytes: int) -> list[str]:
-        path, end = _path_and_end(cursor_or_path)
+        path, cursor = _path_and_cursor(cursor_or_path)
 
         async def tail(file: _SftpFile) -> list[str]:
             return await _tail(
                 file,
-                file.size if end is None else end,
+                cursor,
                 max_lines=max_lines,
                 max_bytes=max_bytes,
                 max_line_bytes=self.max_line_bytes,

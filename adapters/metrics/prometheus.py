@@ -13,6 +13,7 @@ Every query is an instant query evaluated at the end of the window, over a range
 selector as long as the window: `increase()` for error counters,
 `max_over_time()` for the row-remap flag, `avg_over_time()` for utilisation, and
 the raw samples for Xid codes and throttle bitmasks (each sample matters there).
+Newer exporters' `DCGM_EXP_XID_ERRORS_COUNT{xid="79"}` adds the codes it counted.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from adapters.metrics.promql import host_matcher, window_seconds
 from workflows.contracts import EvidenceLine
 
 XID = "DCGM_FI_DEV_XID_ERRORS"
+# newer dcgm-exporters also count Xids per code (label `xid`) over a sliding window
+XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
 ECC_DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
 ROW_REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -223,6 +226,7 @@ class PrometheusClient:
         w = f"[{window_seconds(start, end)}s]"
         queries = {
             "xid": f"{XID}{sel}{w}",
+            "xid_count": f"max_over_time({XID_COUNT}{sel}{w}) > 0",
             "dbe_increase": f"increase({ECC_DBE}{sel}{w})",
             "dbe_total": f"last_over_time({ECC_DBE}{sel}{w})",
             "row_remap": f"max_over_time({ROW_REMAP_FAILURE}{sel}{w})",
@@ -258,6 +262,10 @@ class PrometheusClient:
                     for code in _sample_values(series):
                         if code > 0 and int(code) not in g.xid_codes:
                             g.xid_codes.append(int(code))
+                elif name == "xid_count":
+                    code = (series.get("metric") or {}).get("xid", "")
+                    if code.isdigit() and int(code) and int(code) not in g.xid_codes:
+                        g.xid_codes.append(int(code))
                 elif name == "throttle":
                     mask = 0
                     for value in _sample_values(series):

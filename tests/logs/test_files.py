@@ -221,3 +221,12 @@ async def test_tail_window_gives_the_last_lines_before_the_cursor(tmp_path: Path
     chunk = await source.read(LogCursor(path=str(path)), max_bytes=500)
     window = await source.tail_window(chunk.cursor, max_lines=2, max_bytes=10_000)
     assert window == chunk.lines[-2:]
+
+
+async def test_tail_window_with_a_stale_cursor_reads_the_new_file_to_its_end(tmp_path: Path) -> None:
+    path = tmp_path / "job.out"
+    path.write_bytes(b"".join(b"attempt 1 step %d\n" % i for i in range(100)))
+    source = LocalFileLogSource()
+    _, last = await drain(source, LogCursor(path=str(path)))
+    path.write_bytes(b"attempt 2 step 0\nattempt 2 step 1\n")  # requeued: truncated and rewritten
+    assert await source.tail_window(last.cursor, max_lines=5, max_bytes=10_000) == ["attempt 2 step 0", "attempt 2 step 1"]

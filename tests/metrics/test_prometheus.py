@@ -45,11 +45,23 @@ class FakeNode:
 
     hostname: str
     values: dict[tuple[str, int], float] = field(default_factory=dict)
+    xid_counts: dict[tuple[int, int], float] = field(default_factory=dict)  # (gpu, xid) -> count
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def set(self, metric: str, gpu: int, value: float) -> None:
         with self.lock:
             self.values[(metric, gpu)] = value
+
+    def set_xid_count(self, gpu: int, xid: int, count: float) -> None:
+        with self.lock:
+            self.xid_counts[(gpu, xid)] = count
+
+    def labels(self, gpu: int) -> str:
+        return (
+            f'gpu="{gpu}",UUID="GPU-{abs(hash((self.hostname, gpu))) % 10**8:08d}-1111-2222-3333-444455556666",'
+            f'pci_bus_id="{PCI[gpu]}",device="nvidia{gpu}",modelName="NVIDIA H100 80GB HBM3",'
+            f'Hostname="{self.hostname}",DCGM_FI_DRIVER_VERSION="550.54.15"'
+        )
 
     def exposition(self) -> bytes:
         out = []
@@ -58,13 +70,13 @@ class FakeNode:
                 out.append(f"# HELP {metric} {help_text}")
                 out.append(f"# TYPE {metric} {kind}")
                 for gpu in range(len(PCI)):
-                    labels = (
-                        f'gpu="{gpu}",UUID="GPU-{abs(hash((self.hostname, gpu))) % 10**8:08d}-1111-2222-3333-444455556666",'
-                        f'pci_bus_id="{PCI[gpu]}",device="nvidia{gpu}",modelName="NVIDIA H100 80GB HBM3",'
-                        f'Hostname="{self.hostname}",DCGM_FI_DRIVER_VERSION="550.54.15"'
-                    )
                     default = 87.0 if metric == "DCGM_FI_DEV_GPU_UTIL" else 0.0
-                    out.append(f"{metric}{{{labels}}} {self.values.get((metric, gpu), default)}")
+                    out.append(f"{metric}{{{self.labels(gpu)}}} {self.values.get((metric, gpu), default)}")
+            if self.xid_counts:
+                out.append("# HELP DCGM_EXP_XID_ERRORS_COUNT Count of XID Errors within user-specified time window (see xid-count-window-size param).")
+                out.append("# TYPE DCGM_EXP_XID_ERRORS_COUNT gauge")
+                for (gpu, xid), count in sorted(self.xid_counts.items()):
+                    out.append(f'DCGM_EXP_XID_ERRORS_COUNT{{{self.labels(gpu)},xid="{xid}"}} {count}')
         return ("\n".join(out) + "\n").encode()
 
 
@@ -160,6 +172,7 @@ async def test_gpu_health_names_the_sick_gpus_and_passes_the_healthy_host(stack:
     node3.set("DCGM_FI_DEV_XID_ERRORS", 2, 79)
     node3.set("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 2, 3)
     node3.set("DCGM_FI_DEV_ROW_REMAP_FAILURE", 2, 1)
+    node3.set_xid_count(2, 94, 1)  # a newer exporter's per-code count adds Xid 94
     # node2 GPU 3: a flapping NVLink; GPU 0: a short thermal HW slowdown (gone before the query)
     node2.set("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", 3, 120)
     node2.set("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", 3, 6)
@@ -188,7 +201,7 @@ async def test_gpu_health_names_the_sick_gpus_and_passes_the_healthy_host(stack:
     gpu2 = sick.gpu(2)
     assert gpu2.pci_bus_id == "00000000:3B:00.0"
     assert gpu2.uuid.startswith("GPU-") and gpu2.model == "NVIDIA H100 80GB HBM3"
-    assert gpu2.xid_codes == [79]
+    assert gpu2.xid_codes == [79, 94]
     assert gpu2.dbe_increase >= 2.5 and gpu2.dbe_total == 3
     assert gpu2.row_remap_failure
     assert gpu2.ref("node3") == "node3:00000000:3B:00.0"
