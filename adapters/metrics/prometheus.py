@@ -195,12 +195,19 @@ class PrometheusClient:
             self._headers["Authorization"] = f"Bearer {token}"
         self._transport = transport
 
-    async def query(self, expr: str, *, at: datetime) -> tuple[str, list[dict[str, Any]]]:
+    def _client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(timeout=self.timeout_s, headers=self._headers, transport=self._transport)
+
+    async def query(
+        self, expr: str, *, at: datetime, client: httpx.AsyncClient | None = None
+    ) -> tuple[str, list[dict[str, Any]]]:
         """Run one instant query; returns (resultType, result)."""
+        if client is None:
+            async with self._client() as own:
+                return await self.query(expr, at=at, client=own)
         params = {"query": expr, "time": f"{at.timestamp():.3f}", "timeout": f"{self.timeout_s:g}s"}
         try:
-            async with httpx.AsyncClient(timeout=self.timeout_s, headers=self._headers, transport=self._transport) as client:
-                response = await client.get(f"{self.url}/api/v1/query", params=params)
+            response = await client.get(f"{self.url}/api/v1/query", params=params)
         except httpx.HTTPError as exc:
             raise MetricsError(f"Prometheus at {self.url} did not answer ({type(exc).__name__}: {exc}); check metrics.prometheus_url") from exc
         try:
@@ -234,7 +241,8 @@ class PrometheusClient:
             "util": f"avg_over_time({GPU_UTIL}{sel}{w})",
             **{f"nvlink:{name}": f"increase({name}{sel}{w})" for name in NVLINK_COUNTERS},
         }
-        answers = await asyncio.gather(*(self.query(q, at=end) for q in queries.values()))
+        async with self._client() as client:
+            answers = await asyncio.gather(*(self.query(q, at=end, client=client) for q in queries.values()))
         findings: dict[tuple[str, str], GpuFinding] = {}
 
         def finding(metric: dict[str, str]) -> GpuFinding | None:
