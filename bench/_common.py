@@ -7,6 +7,7 @@ on its last line, so scripts can read the figures with `tail -n 1`.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import time
@@ -19,9 +20,16 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Timed:
-    seconds: float  # median of the runs
+    seconds: float  # median wall time of the runs
     runs: list[float]
     value: Any  # what the last run returned
+    cpu_seconds: float = 0.0  # median CPU time (user + system, this process and its children)
+    cpu_runs: tuple[float, ...] = ()
+
+
+def _cpu_now() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def time_median(fn: Callable[[], T], *, repeat: int = 3) -> Timed:
@@ -33,6 +41,26 @@ def time_median(fn: Callable[[], T], *, repeat: int = 3) -> Timed:
         value = fn()
         runs.append(time.perf_counter() - t0)
     return Timed(seconds=statistics.median(runs), runs=runs, value=value)
+
+
+def time_interleaved(fns: dict[str, Callable[[], Any]], *, repeat: int = 3) -> dict[str, Timed]:
+    """Time several functions in turns (a, b, a, b, ...), so a change of machine load hits all alike."""
+    runs: dict[str, list[float]] = {name: [] for name in fns}
+    cpu: dict[str, list[float]] = {name: [] for name in fns}
+    values: dict[str, Any] = {}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            c0, t0 = _cpu_now(), time.perf_counter()
+            values[name] = fn()
+            runs[name].append(time.perf_counter() - t0)
+            cpu[name].append(_cpu_now() - c0)
+    return {
+        name: Timed(
+            seconds=statistics.median(r), runs=r, value=values[name],
+            cpu_seconds=statistics.median(cpu[name]), cpu_runs=tuple(cpu[name]),
+        )
+        for name, r in runs.items()
+    }
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, file=sys.stdout) -> None:
