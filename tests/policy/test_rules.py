@@ -485,7 +485,11 @@ PRECEDENCE_CASES = [
         "attributed nccl failures are not transient",
         verdict(C.NCCL_TIMEOUT),
         (A.RESTART, Rule.TRANSIENT_NCCL_RESTART),
-        history=history_of(Past(C.NCCL_TIMEOUT, hosts=("node1",)), Past(C.NCCL_ERROR, hosts=("node2",))),
+        history=history_of(
+            Past(C.NCCL_TIMEOUT, hosts=("node1",)),
+            Past(C.NCCL_ERROR, hosts=("node2",)),
+            Past(C.NCCL_TIMEOUT, hosts=("node3",)),
+        ),
     ),
     Case(
         "transient limit of zero",
