@@ -26,11 +26,12 @@ class LogScreen:
 
     def __init__(self) -> None:
         from activities.detection.catalogue import load_catalogue
-        from activities.detection.screen import Screener
+        from activities.detection.verdict import screener_for
 
         catalogue = load_catalogue()
         self._patterns = {p.id: p for p in catalogue.patterns}
-        self._screener = Screener(catalogue.patterns)
+        # the same compiled screener the attribution uses (compiling it takes seconds)
+        self._screener = screener_for(catalogue)
 
     def screen(self, lines: list[str], *, first_line_no: int = 1) -> ScreenOutcome:
         """Failure hits worth a signal, and the newest progress/checkpoint of `lines`."""

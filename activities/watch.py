@@ -361,7 +361,7 @@ class WatchActivities:
         except JobmedicError as exc:
             logger.warning("could not audit the invalid opt-in of job {}: {}", job.job_id, exc)
             return
-        logger.warning("job {} has an invalid opt-in, ignored: {}", job.job_id, job.opt_in.invalid_reason)
+        logger.info("job {} has an invalid opt-in, audited and ignored: {}", job.job_id, job.opt_in.invalid_reason)
         state.invalid_reported = (state.invalid_reported + [key])[-5000:]
 
 

@@ -23,7 +23,7 @@ from loguru import logger
 
 from adapters.errors import JobmedicError
 from workers.settings import ClusterSettings, Settings
-from workflows.contracts import AuditEntry, EventType, JobInfo, JobKey, JobState, Mode
+from workflows.contracts import AuditEntry, EventType, JobInfo, JobState, Mode
 
 DEMO_CLUSTER = "demo"
 DEMO_QUEUE = "jobmedic-demo"
@@ -77,7 +77,6 @@ async def run_demo(settings: Settings, *, observe: bool, timeout_s: float = 300.
     from adapters.slurm.factory import build_slurm_client
     from workers.temporal_client import connect
     from workers.worker import run_worker
-    from workflows.cluster_watch import watch_workflow_id
 
     environment = f"{DEMO_ENVIRONMENT}-{datetime.now():%H%M%S%f}"
     settings = demo_settings(settings, observe=observe, environment=environment)
@@ -98,15 +97,25 @@ async def run_demo(settings: Settings, *, observe: bool, timeout_s: float = 300.
         job_id = await _submit(slurm, workdir, observe=observe, environment=environment)
         _say(f"submitted training job {job_id} (opted in: environment={environment}, "
              f"mode={'observe' if observe else 'action'}); log: {workdir / f'train-{job_id}.out'}")
-        outcome = await _follow(settings, slurm, audit, job_id, observe=observe, timeout_s=timeout_s, worker=worker)
-        return outcome
+        return await _follow(settings, slurm, audit, job_id, observe=observe, timeout_s=timeout_s, worker=worker)
     finally:
         stop.set()
         await asyncio.gather(worker, return_exceptions=True)
+        await _end_workflows(client, settings)
+
+
+async def _end_workflows(client, settings: Settings) -> None:
+    """Leave nothing of the demo running on its task queues (a later demo may run other code)."""
+    from workflows.cluster_watch import watch_workflow_id
+
+    ids = [watch_workflow_id(DEMO_CLUSTER)]
+    async for wf in client.list_workflows(f"Cluster = '{DEMO_CLUSTER}' AND ExecutionStatus = 'Running'"):
+        ids.append(wf.id)
+    for wid in ids:
         try:
-            await client.get_workflow_handle(watch_workflow_id(DEMO_CLUSTER)).terminate("demo finished")
-        except Exception as exc:  # noqa: BLE001 - the watch may already be gone
-            logger.debug("demo watch not terminated: {}", exc)
+            await client.get_workflow_handle(wid).terminate("demo finished")
+        except Exception as exc:  # noqa: BLE001 - already closed
+            logger.debug("demo workflow {} not terminated: {}", wid, exc)
 
 
 async def _submit(slurm, workdir: Path, *, observe: bool, environment: str) -> str:
@@ -155,7 +164,7 @@ async def _follow(settings, slurm, audit, job_id: str, *, observe: bool, timeout
     assert job is not None
     outcome = DemoOutcome(
         job_id=job_id,
-        workflow_id=JobKey(cluster=DEMO_CLUSTER, job_id=job_id, submit_time=job.submit_time).workflow_id,
+        workflow_id=entries[0].workflow_id if entries else "",
         observe=observe,
         blamed_node=first_nodes[1] if len(first_nodes) > 1 else (first_nodes[0] if first_nodes else ""),
         first_nodes=first_nodes,
@@ -171,7 +180,7 @@ def _finished(job: JobInfo, entries: list[AuditEntry], *, observe: bool) -> bool
     kinds = {e.event_type for e in entries}
     if observe:
         return EventType.ADVICE in kinds and job.state.finished
-    return job.state.finished and job.state is not JobState.FAILED or EventType.STOPPED in kinds
+    return EventType.COMPLETED in kinds or EventType.STOPPED in kinds
 
 
 def _describe(e: AuditEntry) -> str:
@@ -224,23 +233,23 @@ def figures(o: DemoOutcome) -> dict[str, float | None]:
     def first(kind: EventType, action: str | None = None) -> AuditEntry | None:
         return next((e for e in o.entries if e.event_type is kind and (action is None or e.action == action)), None)
 
+    def at(entry: AuditEntry | None) -> datetime | None:
+        return entry.timestamp if entry else None
+
     detection = first(EventType.DETECTION)
     released = first(EventType.ACTION_CONFIRMED, "release")
-    running = first(EventType.ALLOCATION_RESTART)
-    progress = first(EventType.PROGRESS_RESTORED)
+    # Slurm's EndTime has one-second resolution: this figure is +-1 s
     failure_at = _parse_time((detection.detail or {}).get("failure_at")) if detection else None
-    started_at = _parse_time((running.detail or {}).get("start_time")) if running else None
 
     def delta(a: datetime | None, b: datetime | None) -> float | None:
         return round((b - a).total_seconds(), 2) if a and b else None
 
     return {
-        "failure_to_detection_s": delta(failure_at, detection.timestamp if detection else None),
-        "detection_to_action_confirmed_s": delta(detection.timestamp if detection else None,
-                                                 released.timestamp if released else None),
-        "action_to_running_s": delta(released.timestamp if released else None,
-                                     started_at or (running.timestamp if running else None)),
-        "running_to_progress_s": delta(running.timestamp if running else None, progress.timestamp if progress else None),
+        "failure_to_detection_s": delta(failure_at, at(detection)),
+        "detection_to_action_confirmed_s": delta(at(detection), at(released)),
+        # as the watch saw it (it polls once a second in the demo)
+        "action_to_running_s": delta(at(released), at(first(EventType.ALLOCATION_RESTART))),
+        "action_to_progress_s": delta(at(released), at(first(EventType.PROGRESS_RESTORED))),
     }
 
 

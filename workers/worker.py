@@ -74,11 +74,13 @@ class ClusterParts:
 
 
 def build_cluster_parts(cluster: ClusterSettings) -> ClusterParts:
-    from adapters.logs.factory import build_log_source
+    from adapters.logs.factory import file_log_source
     from adapters.slurm.factory import build_slurm_client
 
     slurm = build_slurm_client(cluster)
-    logs = build_log_source(cluster, slurm)
+    # over SSH the job logs are read by SFTP through the Slurm adapter's own connection
+    connection = slurm.runner.connection if cluster.scheduler.access == "ssh" else None
+    logs = file_log_source(cluster.logs, connection_provider=connection)
     metrics = None
     if cluster.metrics.prometheus_url:
         from adapters.metrics.prometheus import PrometheusClient
@@ -106,7 +108,7 @@ async def build_workers(settings: Settings, client: Client, *, clusters: list[Cl
 
     audit = build_audit_store(settings)
     await asyncio.to_thread(audit.migrate)
-    screen = LogScreen()
+    screen = await asyncio.to_thread(LogScreen)  # compiles the pattern catalogue once, up front
     clusters = clusters or settings.clusters
     parts = [build_cluster_parts(c) for c in clusters]
     # one external attribution service per deployment: the first cluster's wins for the main queue

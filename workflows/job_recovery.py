@@ -302,13 +302,22 @@ class JobRecoveryWorkflow:
                 pattern_id=(obs.hits[-1].pattern_id if obs.hits else None),
                 detail={
                     "incident": incident,
-                    "failure_at": _iso(current.end_time) if incident != "hang" else _iso(obs.progress_at),
+                    "failure_at": _iso(obs.job.end_time or current.end_time) if incident != "hang" else _iso(obs.progress_at),
                     "observed_at": _iso(obs.at),
                     "exit_code": current.exit_code,
                     "held": held_by_us,
                     "hold_error": collected.hold_error,
                 },
             )
+            if held_by_us and collected.hold is not None:
+                await self._audit(
+                    EventType.ACTION_CONFIRMED,
+                    job=current,
+                    action="requeue_hold",
+                    outcome=f"held before the decision: {collected.hold.detail}",
+                    key_suffix="requeue_hold",
+                    detail={"changed": True, "state": current.state.value, "restarts": current.restarts},
+                )
             self._set_phase(Phase.ATTRIBUTING)
             attributed = await self._attribute(evidence, deadline=decision_deadline)
             verdict = attributed.verdict

@@ -134,10 +134,6 @@ class SystemicView(Contract):
     hosts: list[str] = Field(default_factory=list)  # distinct, sorted
     categories: list[Category] = Field(default_factory=list)  # distinct, sorted
 
-    @property
-    def job_count(self) -> int:
-        return len(self.job_ids)
-
 
 def systemic_view(
     recent_failures: Iterable[tuple[str, datetime, str, Sequence[str]]],
@@ -148,9 +144,9 @@ def systemic_view(
     """Summarise recent failures of the cluster's jobs for the systemic rule.
 
     Args:
-        recent_failures: `(job_id, failed_at, category, hosts)` per failure;
-            several failures of one job count once. Unknown category names
-            are ignored (they cannot be told to be shared infrastructure).
+        recent_failures: `(job_id, failed_at, category, hosts)` per failure
+            on the cluster; several failures of one job count once. Categories
+            outside SHARED_INFRA_CATEGORIES, unknown names included, are left out.
         now: the workflow's current time.
         config: supplies `systemic_window_s`.
     """
@@ -238,23 +234,24 @@ def _advice(action: AdviceAction, rule: Rule, reason: str) -> Advice:
     return Advice(action=action, rule=rule.value, reason=reason)
 
 
-def _restart_isolating(f: _Facts, rule: Rule, reason: str, *, drain: bool = False) -> Advice:
-    """Restart excluding (and optionally draining) exactly the implicated hosts."""
+def _isolate(f: _Facts, rule: Rule, what: str, *, drain: bool = False) -> Advice:
+    """Restart without (and, with `drain`, draining) exactly the implicated hosts."""
     hosts = list(f.hosts)
-    action = AdviceAction.RESTART_DRAIN if drain else AdviceAction.RESTART_EXCLUDE
+    them = "it" if len(hosts) == 1 else "them"
+    how = f"draining {them} and restarting without {them}" if drain else f"restarting without {them}"
     return Advice(
-        action=action,
+        action=AdviceAction.RESTART_DRAIN if drain else AdviceAction.RESTART_EXCLUDE,
         rule=rule.value,
-        reason=f"{reason}; restarting without {', '.join(hosts)}" + (f" and draining {'it' if len(hosts) == 1 else 'them'}" if drain else ""),
+        reason=f"{what} on {', '.join(hosts)}; {how}",
         exclude_nodes=hosts,
         drain_nodes=hosts if drain else [],
     )
 
 
-def _hosts_or_restart(f: _Facts, exclude: Rule, restart: Rule, what: str, *, drain: bool = False) -> Advice:
-    """Isolate the implicated hosts under rule `exclude`, or restart as is under `restart` when none."""
+def _isolate_or_restart(f: _Facts, isolate: Rule, restart: Rule, what: str, *, drain: bool = False) -> Advice:
+    """Isolate the implicated hosts under rule `isolate`, or restart as is under `restart` when none."""
     if f.hosts:
-        return _restart_isolating(f, exclude, f"{what} on {', '.join(f.hosts)}", drain=drain)
+        return _isolate(f, isolate, what, drain=drain)
     return _advice(AdviceAction.RESTART, restart, f"{what} without an implicated host; restarting as is")
 
 
@@ -331,7 +328,7 @@ def _no_checkpoint_progress(f: _Facts) -> _Outcome:
 def _hardware(f: _Facts) -> _Outcome:
     if f.category not in HARDWARE_CATEGORIES:
         return None
-    return _hosts_or_restart(
+    return _isolate_or_restart(
         f, Rule.HARDWARE_EXCLUDE, Rule.HARDWARE_RESTART, f"{f.category} fault", drain=f.config.drain_nodes
     )
 
@@ -407,7 +404,7 @@ def _app_error_unsigned(f: _Facts) -> _Outcome:
 def _nccl_attributed(f: _Facts) -> _Outcome:
     if f.category not in NCCL_CATEGORIES or not f.hosts:
         return None
-    return _restart_isolating(f, Rule.NCCL_EXCLUDE, f"{f.category} attributed to {', '.join(f.hosts)}")
+    return _isolate(f, Rule.NCCL_EXCLUDE, str(f.category))
 
 
 def _nccl_transient(f: _Facts) -> _Outcome:
@@ -431,13 +428,13 @@ def _nccl_transient(f: _Facts) -> _Outcome:
 def _hang(f: _Facts) -> _Outcome:
     if f.category != Category.HANG:
         return None
-    return _hosts_or_restart(f, Rule.HANG_EXCLUDE, Rule.HANG_RESTART, "training hung")
+    return _isolate_or_restart(f, Rule.HANG_EXCLUDE, Rule.HANG_RESTART, "training hung")
 
 
 def _cuda_error(f: _Facts) -> _Outcome:
     if f.category != Category.CUDA_ERROR:
         return None
-    return _hosts_or_restart(f, Rule.CUDA_ERROR_EXCLUDE, Rule.CUDA_ERROR_RESTART, "CUDA error")
+    return _isolate_or_restart(f, Rule.CUDA_ERROR_EXCLUDE, Rule.CUDA_ERROR_RESTART, "CUDA error")
 
 
 def _app_error(f: _Facts) -> _Outcome:

@@ -60,7 +60,10 @@ MAX_PROGRESS_LINE = 65536  # a longer "line" is not a progress line
 # a line that reports more matches than this stops the chunk scan, which resumes after
 # it; it bounds the Python callbacks a pathological line (1 MB of near-matches) costs
 MAX_REPORTS_PER_LINE = 256
-HITS_PER_PATTERN = 256  # Hit objects kept per pattern: the first eighth and the newest rest
+# Hit objects kept per pattern and scan: the first eighth and the newest rest. Large enough
+# that every rank reporting an NCCL timeout in a 1,000-rank job is still seen (victims vs
+# suspects); benign look-alikes, the patterns that repeat by the million, are not screened.
+HITS_PER_PATTERN = 1024
 _FIRST_WINDOW = 16384
 _MAX_PARSE_TRIES = 64
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")

@@ -646,7 +646,7 @@ def _choose(b: _Builder, evidence: JobEvidence) -> _Choice:
     # 6. out of time
     if sched[Category.TIME_LIMIT]:
         if evidence.hang_suspected:
-            return _Choice(Category.HANG, sched[Category.TIME_LIMIT], 0.7,
+            return _Choice(Category.HANG, [_hang_fact(evidence), *sched[Category.TIME_LIMIT]], 0.7,
                            why="progress had stopped before the time limit ended the job")
         return _Choice(Category.TIME_LIMIT, sched[Category.TIME_LIMIT], 0.9)
 
@@ -668,7 +668,7 @@ def _choose(b: _Builder, evidence: JobEvidence) -> _Choice:
 
     # 8. a hang without words
     if evidence.hang_suspected:
-        return _Choice(Category.HANG, [], 0.6, hosts=sorted(set(evidence.straggler_hosts)))
+        return _Choice(Category.HANG, [_hang_fact(evidence)], 0.6, hosts=sorted(set(evidence.straggler_hosts)))
     return _Choice(Category.NONE, [], 0.0)
 
 
@@ -683,6 +683,19 @@ def _ambiguous(s: Signal) -> bool:
     if s.pattern_id in _AMBIGUOUS_PATTERNS:
         return True
     return s.pattern_id == "python_exception" and s.role == "symptom"
+
+
+def _hang_fact(evidence: JobEvidence) -> Signal:
+    """The progress tracker's finding, as evidence."""
+    progress = evidence.progress
+    text = "training progress stopped"
+    if evidence.seconds_since_progress is not None:
+        text += f": no progress for {evidence.seconds_since_progress:.0f} s"
+    if progress is not None and progress.iteration is not None:
+        text += f" (last iteration seen: {progress.iteration})"
+    if evidence.straggler_hosts:
+        text += f"; slow hosts: {', '.join(sorted(evidence.straggler_hosts))}"
+    return Signal(Category.HANG, FaultDomain.UNKNOWN, "error", "cause", False, "progress", text, order=10**9)
 
 
 def _superseded(s: Signal, others: list[Signal]) -> bool:

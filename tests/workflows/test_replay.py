@@ -12,12 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from temporalio import workflow
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from workflows.cluster_watch import ClusterWatchWorkflow
 from workflows.job_recovery import JobRecoveryWorkflow
+from workflows.messages import JobObservation, JobRecoveryInput
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
@@ -35,19 +37,23 @@ async def test_history_replays_without_nondeterminism(path: Path) -> None:
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure!r}"
 
 
-async def test_a_reordered_workflow_fails_replay() -> None:
+@workflow.defn(name="JobRecovery", sandboxed=False)
+class _ChangedRecovery:
+    """Same workflow name, different commands: starts a timer where the real one runs an activity."""
+
+    @workflow.signal(name="observe")
+    def observe(self, obs: JobObservation) -> None:
+        pass
+
+    @workflow.run
+    async def run(self, inp: JobRecoveryInput) -> None:
+        await workflow.sleep(1)
+
+
+async def test_a_changed_workflow_fails_replay() -> None:
     """The replay test can fail: a workflow that issues different commands is caught."""
-    from temporalio import workflow
-
-    @workflow.defn(name="JobRecovery")
-    class Reordered(JobRecoveryWorkflow):  # same name, but runs no activity at all before finishing
-        @workflow.run
-        async def run(self, inp):  # type: ignore[override]
-            await workflow.sleep(1)
-            return self.status()
-
     path = next(p for p in HISTORIES if p.name.startswith("job_recovery"))
     history = WorkflowHistory.from_json(path.stem, path.read_text())
-    replayer = Replayer(workflows=[Reordered], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[_ChangedRecovery], data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is not None
