@@ -35,7 +35,7 @@ ISOLATING = {AdviceAction.RESTART_EXCLUDE, AdviceAction.RESTART_DRAIN}
 
 # No example database on disk (the checkout is shared) and no deadline (the machine is shared);
 # a decorator rather than a loaded profile, so other test modules keep their own settings.
-policy_settings = settings(database=None, deadline=None, max_examples=400)
+policy_settings = settings(database=None, deadline=None, max_examples=200)
 
 
 @dataclass(frozen=True)
