@@ -159,8 +159,3 @@ def tcp_proxy(mysql_url: str) -> Iterator[TcpProxy]:
     yield proxy
     proxy.stop()
 
-
-# TEMPORARY (until deploy/mysql/up.sh lands): the shared MariaDB, without the deploy script
-@pytest.fixture(scope="session")
-def mysql_url() -> str:
-    return "mysql+pymysql://root@127.0.0.1:3306/test"
