@@ -94,9 +94,17 @@ else
     rm -f "$D/sshd_config.new"
 fi
 
+# A login proves key, host key and SetEnv; the stamp keeps the no-op fast: one verified login per
+# sshd pid and set of files (a reload or new keys verify again).
+STAMP=$D/verified
+want_stamp="$pid $(cat "$key_file.pub" "$known_hosts" 2>/dev/null | cksum) $(cksum <"$D/sshd_config" 2>/dev/null)"
 seen=""
-for _ in $(seq 50); do seen=$(try_login "$key_file" "$known_hosts") && break; sleep 0.1; done
-[ -n "$seen" ] || die "cannot log in to $USER_NAME@$HOST:$PORT with $key_file and $known_hosts; see $log"
+if [ -n "$started" ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$want_stamp" ]; then
+    for _ in $(seq 50); do seen=$(try_login "$key_file" "$known_hosts") && break; sleep 0.1; done
+    [ -n "$seen" ] || die "cannot log in to $USER_NAME@$HOST:$PORT with $key_file and $known_hosts; see $log"
+    echo "$want_stamp" >"$STAMP"
+    seen=" (remote SLURM_CONF=$seen)"
+fi
 
 write_json "$STACK/ssh.json" \
     host "$(json_str "$HOST")" \
@@ -105,7 +113,7 @@ write_json "$STACK/ssh.json" \
     key_file "$(json_str "$key_file")" \
     known_hosts "$(json_str "$known_hosts")" \
     wrong_known_hosts "$(json_str "$D/wrong_known_hosts")"
-summary="ssh -p $PORT -i $key_file -o UserKnownHostsFile=$known_hosts $USER_NAME@$HOST (remote SLURM_CONF=$seen, log $log)"
+summary="ssh -p $PORT -i $key_file -o UserKnownHostsFile=$known_hosts $USER_NAME@$HOST$seen, pid $pid, log $log"
 if [ -z "$started" ]; then
     outcome already-up
     say "already up: $summary"
