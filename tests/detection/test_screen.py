@@ -301,3 +301,27 @@ def test_to_grep_ere(python: str, ere: str | None) -> None:
 def test_unknown_engine_says_what_to_use() -> None:
     with pytest.raises(ValueError, match="hyperscan' or 're'"):
         Screener(PATTERNS, engine="pcre")
+
+
+def test_without_hyperscan_falls_back_to_re_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    from loguru import logger
+
+    import activities.detection.screen as screen
+
+    monkeypatch.setattr(screen, "_hs", None)
+    messages: list[str] = []
+    sink = logger.add(messages.append, level="WARNING", format="{message}")
+    try:
+        fallback = screen.Screener(PATTERNS, hits_per_pattern=None)
+    finally:
+        logger.remove(sink)
+    assert fallback.engine == "re"
+    assert any("not hyperscan" in m for m in messages)
+    with pytest.raises(RuntimeError, match="pip install hyperscan"):
+        screen.Screener(PATTERNS, engine="hyperscan")
+    data = ("\n".join(_realistic_lines(3000, seed=9)) + "\n").encode()
+    monkeypatch.undo()
+    fast = Screener(PATTERNS, hits_per_pattern=None)
+    assert [(h.pattern_id, h.line_no) for h in fallback.scan_bytes(data).hits] == [
+        (h.pattern_id, h.line_no) for h in fast.scan_bytes(data).hits
+    ]
