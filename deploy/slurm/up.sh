@@ -176,24 +176,36 @@ done
 # sinfo line: node|state|reason timestamp; a starred state (idle*) means "not responding yet"
 node_lines() { sinfo -h -N -o '%N|%t|%H' | sort -u; }
 is_left_alone() { [[ " ${left_alone[*]} " == *" $1 "* ]]; }
-unusable() { node_lines | while IFS='|' read -r n st _; do
-    [[ $st =~ $USABLE ]] || is_left_alone "$n" || echo "$n"; done; }
-for _ in $(seq 100); do [ -z "$(unusable)" ] && break; sleep 0.1; done
-while IFS='|' read -r n st when; do
-    [[ $st =~ $USABLE ]] && continue
-    is_left_alone "$n" && continue
-    [[ $st =~ down|drain|drng|fail ]] || continue
-    since=$(date -d "$when" +%s 2>/dev/null || true)
-    if recently "$since"; then
-        left_alone+=("$n ($st since $when: $(sinfo -h -n "$n" -o %E))")
-        continue
-    fi
-    scontrol update NodeName="$n" State=RESUME 2>/dev/null || true
-    started+=("resumed $n (was $st: $(sinfo -h -n "$n" -o %E))")
-done < <(node_lines)
-for _ in $(seq 300); do [ -z "$(unusable)" ] && break; sleep 0.1; done
-bad=$(unusable | tr '\n' ' ')
-[ -z "$bad" ] || die "nodes not usable after 30 s: $bad(sinfo: $(sinfo -h -N -o '%N=%t' | tr '\n' ' ')); see $LAB/log/"
+unusable() { # reads node lines, prints the nodes that should be usable but are not
+    while IFS='|' read -r n st _; do [[ $st =~ $USABLE ]] || is_left_alone "$n" || echo "$n"; done
+}
+lines=$(node_lines)
+if [ -n "$(unusable <<<"$lines")" ]; then
+    for _ in $(seq 100); do # slurmds just started register within a second or two
+        lines=$(node_lines)
+        [ -z "$(unusable <<<"$lines")" ] && break
+        sleep 0.1
+    done
+    while IFS='|' read -r n st when; do
+        [[ $st =~ $USABLE ]] && continue
+        is_left_alone "$n" && continue
+        [[ $st =~ down|drain|drng|fail ]] || continue
+        since=$(date -d "$when" +%s 2>/dev/null || true)
+        if recently "$since"; then
+            left_alone+=("$n ($st since $when: $(sinfo -h -n "$n" -o %E))")
+            continue
+        fi
+        scontrol update NodeName="$n" State=RESUME 2>/dev/null || true
+        started+=("resumed $n (was $st: $(sinfo -h -n "$n" -o %E))")
+    done <<<"$lines"
+    for _ in $(seq 300); do
+        lines=$(node_lines)
+        [ -z "$(unusable <<<"$lines")" ] && break
+        sleep 0.1
+    done
+    bad=$(unusable <<<"$lines" | tr '\n' ' ')
+    [ -z "$bad" ] || die "nodes not usable after 30 s: $bad(sinfo: $(sinfo -h -N -o '%N=%t' | tr '\n' ' ')); see $LAB/log/"
+fi
 
 # ------------------------------------------------------------------ describe
 nodes_json=$(printf '"%s",' "${nodes[@]}")
@@ -204,7 +216,7 @@ write_json "$STACK/slurm.json" \
     node_ctl "$(json_str "$HERE/node-ctl.sh")"
 set_env SLURM_CONF "$SLURM_CONF"
 
-summary="$(sinfo -h -o '%D nodes %t %N' | tr '\n' ' ')(slurmctld 127.0.0.1:$CTLD_PORT, SLURM_CONF=$SLURM_CONF, logs $LAB/log/)"
+summary="$(cut -d'|' -f2 <<<"$lines" | sort | uniq -c | awk '{printf "%s %s, ", $1, $2}')nodes ${nodes[*]} (slurmctld 127.0.0.1:$CTLD_PORT, SLURM_CONF=$SLURM_CONF, logs $LAB/log/)"
 if [ ${#started[@]} -eq 0 ]; then
     outcome already-up
     say "already up: $summary"
