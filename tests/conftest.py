@@ -42,7 +42,7 @@ class TemporalServer:
     address: str  # "127.0.0.1:7233"
     namespace: str
     ui_url: str
-    db: Path  # the SQLite file that keeps history across restarts
+    db: Path | None  # the SQLite file that keeps history; None for a reused server without one
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def temporal_server() -> TemporalServer:
         address=info["address"],
         namespace=info["namespace"],
         ui_url=info["ui_url"],
-        db=Path(info["db"]),
+        db=Path(info["db"]) if info.get("db") else None,
     )
 
 
