@@ -122,3 +122,24 @@ async def test_an_unreachable_controller(slurm_cluster: object, tmp_path: Path) 
     with pytest.raises(SchedulerUnreachable, match="scontrol ping") as caught:
         await client.list_jobs()
     assert caught.value.retryable
+
+
+async def test_sftp_rides_on_the_same_connection(slurm_cluster: object, request: pytest.FixtureRequest,
+                                                 tmp_path: Path) -> None:
+    sshd = request.getfixturevalue("sshd")
+    runner = ssh_runner(sshd, slurm_cluster.conf)  # type: ignore[attr-defined]
+    target = tmp_path / "log.txt"
+    target.write_text("line one\n")
+    try:
+        sftp = await runner.sftp()
+        assert await runner.sftp() is sftp
+        async with sftp.open(str(target), "rb") as handle:
+            assert await handle.read() == b"line one\n"
+        connection = await runner.connection()
+        connection.close()
+        await connection.wait_closed()
+        reopened = await runner.sftp()  # a lost connection takes its SFTP client with it
+        assert reopened is not sftp and await runner.connection() is not connection
+        assert (await reopened.stat(str(target))).size == len("line one\n")
+    finally:
+        await runner.close()
