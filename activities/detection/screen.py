@@ -438,13 +438,14 @@ class Screener:
         chunk_bytes: int = CHUNK_BYTES,
         max_line_bytes: int = 4 * CHUNK_BYTES,
         progress: str = "newest",
+        complete_lines_only: bool = False,
     ) -> ScreenResult:
         """Screen a file from byte `offset` to its end with bounded memory (see scan_stream)."""
         with open(path, "rb") as f:
             f.seek(offset)
             return self.scan_stream(
                 f, first_line_no=first_line_no, chunk_bytes=chunk_bytes,
-                max_line_bytes=max_line_bytes, progress=progress,
+                max_line_bytes=max_line_bytes, progress=progress, complete_lines_only=complete_lines_only,
             )
 
     def scan_stream(
@@ -455,12 +456,17 @@ class Screener:
         chunk_bytes: int = CHUNK_BYTES,
         max_line_bytes: int = 4 * CHUNK_BYTES,
         progress: str = "newest",
+        complete_lines_only: bool = False,
     ) -> ScreenResult:
         """Screen a binary stream to its end, holding at most about `max_line_bytes + chunk_bytes`.
 
         A line longer than `max_line_bytes` is screened in pieces that overlap by
         64 KiB (a match longer than that, straddling two pieces, is missed); it
         still counts as one line.
+
+        With `complete_lines_only` (tailing a log that is still being written) a
+        last line without a newline is left alone: `result.bytes` then counts the
+        bytes up to the last newline, where the next read should start.
         """
         _check_progress_mode(progress)
         acc = _Acc(self._n, self.hits_per_pattern)
@@ -479,7 +485,9 @@ class Screener:
                 nbytes += got
                 total = filled + got
                 if got == 0:
-                    if total:  # a last line without a newline
+                    if complete_lines_only:
+                        nbytes -= total  # the unfinished line is read again next time
+                    elif total:  # a last line without a newline
                         self._scan_region(buf, 0, total, line_no, acc, progress, chunk_bytes)
                         line_no += 1
                     break

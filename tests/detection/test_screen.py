@@ -325,3 +325,18 @@ def test_without_hyperscan_falls_back_to_re_loudly(monkeypatch: pytest.MonkeyPat
     assert [(h.pattern_id, h.line_no) for h in fallback.scan_bytes(data).hits] == [
         (h.pattern_id, h.line_no) for h in fast.scan_bytes(data).hits
     ]
+
+
+def test_tailing_leaves_an_unfinished_line_for_the_next_read(tmp_path: Path) -> None:
+    path = tmp_path / "growing.log"
+    path.write_bytes(b"ok\nRuntimeError: CUDA error: an illegal memory access\nCUDA error: device-si")
+    screener = Screener(PATTERNS)
+    first = screener.scan_file(path, complete_lines_only=True)
+    assert (first.lines, [h.line_no for h in first.hits]) == (2, [2])
+    with path.open("ab") as f:
+        f.write(b"de assert triggered\nok\n")
+    second = screener.scan_file(path, offset=first.bytes, first_line_no=first.lines + 1, complete_lines_only=True)
+    assert [(h.pattern_id, h.line_no, h.line) for h in second.hits] == [
+        ("cuda_error", 3, "CUDA error: device-side assert triggered")
+    ]
+    assert first.bytes + second.bytes == path.stat().st_size and second.lines == 2
