@@ -731,7 +731,7 @@ def _nccl_timeout_choice(b: _Builder, timeouts: list[Signal], evidence: JobEvide
     if len(set(known_seqs.values())) > 1:
         newest = max(known_seqs.values())
         suspects |= {r for r, q in known_seqs.items() if q < newest}
-    if not suspects and len(reporters) >= 2:
+    if not suspects and len(reporters) >= 2 and max(reporters) < 65536:
         world = _world_size(evidence.job, reporters)
         silent = set(range(world)) - reporters
         if silent and len(silent) <= max(1, world // 4) and len(silent) < len(reporters):

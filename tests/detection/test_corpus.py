@@ -22,6 +22,7 @@ def _bench():
 BENCH = _bench()
 TUNING = BENCH.load_cases("tuning")
 HOLDOUT = BENCH.load_cases("holdout")
+BLIND = BENCH.load_cases("blind")
 
 
 def test_corpus_is_large_and_covers_every_category():
@@ -46,9 +47,11 @@ def test_tuning_case(log, side):
         assert verdict.explanation.startswith("Root cause:")
 
 
-def test_holdout_macro_f1_floor_and_benign_false_positives():
+@pytest.mark.parametrize("split", ["holdout", "blind"])
+def test_held_out_macro_f1_floor_and_benign_false_positives(split):
     catalogue = load_catalogue()
-    pairs = [(side["category"], BENCH.run_case(log, side, catalogue=catalogue).category.value) for log, side in HOLDOUT]
+    cases = HOLDOUT if split == "holdout" else BLIND
+    pairs = [(side["category"], BENCH.run_case(log, side, catalogue=catalogue).category.value) for log, side in cases]
     figures = BENCH.score(pairs)
     assert figures["macro_f1"] >= 0.9, figures
     assert figures["benign_fp_rate"] <= 0.03, figures
