@@ -130,6 +130,8 @@ def may_match_newline(regex: str, *, caseless: bool = False) -> bool:
         parsed = re._parser.parse(regex, re.IGNORECASE if caseless else 0)  # type: ignore[attr-defined]
     except (re.error, AttributeError):
         return True
+    if parsed.state.flags & re.DOTALL:
+        return True  # (?s): '.' eats newlines too
     return _subpattern_newline(parsed)
 
 
