@@ -193,7 +193,7 @@ _BAR_NO_TOTAL = re.compile(r"(?:^|\s)([0-9]+)it\s*\[([^\]]*)\]?")
 _RICH = re.compile(r"\bEpoch\s+([0-9]+)/[0-9]+\s+\S*\s*([0-9]+)/([0-9]+)\s")
 _EPOCH = re.compile(r"\bEpoch\s+([0-9]+)\b")
 _RATE = re.compile(r"(" + _NUM + r")\s*(it/s|s/it)")
-_KV = re.compile(r"([A-Za-z_][\w ./]*?)\s*[=:]\s*(" + _NUM + r")(?=[,\s\]]|$)")
+_KV = re.compile(r"([A-Za-z_][\w ./]{0,40}?)\s*[=:]\s*(" + _NUM + r")(?=[,\s\]]|$)")
 
 
 def _apply_kv(sample: ProgressSample, text: str) -> None:
