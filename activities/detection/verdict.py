@@ -565,10 +565,6 @@ class _Choice:
     victims: list[Signal] = field(default_factory=list)
 
 
-def _first(signals: Iterable[Signal]) -> Signal | None:
-    return min(signals, key=lambda s: (s.order, s.line_no or 0), default=None)
-
-
 def _choose(b: _Builder, evidence: JobEvidence) -> _Choice:
     sigs = b.signals
     strong = [s for s in sigs if s.strong and s.role in ("cause", "scheduler")]
@@ -799,7 +795,7 @@ def _signature(category: Category, primary: Signal | None, hosts: Iterable[str])
     norm = normalise_error_text(text, hosts=hosts)
     if not norm:
         return None
-    return hashlib.sha256(f"{category.value}|{norm}".encode()).hexdigest()[:16]
+    return hashlib.sha256(f"{category.value}|{norm}".encode("utf-8", "replace")).hexdigest()[:16]
 
 
 # ----------------------------------------------------------------------------- public API
@@ -978,7 +974,7 @@ def _evidence_lines(cat: Category, sigs: list[Signal], b: _Builder) -> list[Evid
         if key in seen:
             continue
         seen.add(key)
-        out.append(EvidenceLine(source=s.source, line=s.line[:2000], line_no=s.line_no, pattern_id=s.pattern_id,
+        out.append(EvidenceLine(source=s.source, line=_clean(s.line[:2000]), line_no=s.line_no, pattern_id=s.pattern_id,
                                 host=s.host, rank=s.rank))
     return out
 
@@ -1051,7 +1047,12 @@ def _explain(
                      + (f" ({job.reason})" if job.reason else "")
                      + (f", exit code {job.exit_code}" if job.exit_code is not None else "") + ".")
     parts.append(f"Suggested: {_ADVICE.get(cat, 'restart')}.")
-    return " ".join(parts)
+    return _clean(" ".join(parts))
+
+
+def _clean(text: str) -> str:
+    """Text safe to serialise anywhere: lone surrogates (undecodable bytes) and NULs replaced."""
+    return text.encode("utf-8", "replace").decode("utf-8").replace("\x00", "?")
 
 
 def _none_verdict(b: _Builder, evidence: JobEvidence) -> Verdict:
@@ -1073,7 +1074,7 @@ def _none_verdict(b: _Builder, evidence: JobEvidence) -> Verdict:
         fault_domain=FaultDomain.UNKNOWN,
         implicated=Implicated(hosts=stragglers),
         confidence=conf,
-        evidence=[EvidenceLine(source=s.source, line=s.line[:2000], line_no=s.line_no, pattern_id=s.pattern_id,
+        evidence=[EvidenceLine(source=s.source, line=_clean(s.line[:2000]), line_no=s.line_no, pattern_id=s.pattern_id,
                                host=s.host, rank=s.rank) for s in notes[:MAX_EVIDENCE]],
         explanation=text,
     )
