@@ -46,7 +46,8 @@ elif port_open "$PORT"; then
     healthy || die "something that is not a healthy Temporal server listens on $ADDRESS" \
         "(pid $(listener_pid)); stop it or set JOBMEDIC_TEMPORAL_PORT"
     pid=$(listener_pid)
-    say "reusing a Temporal server on $ADDRESS that deploy did not start (pid ${pid:-unknown})"
+    say "reusing a Temporal server on $ADDRESS that this deploy state dir did not start (pid ${pid:-unknown})"
+    LOG="unknown (see whoever started it)"
     if [ -n "$pid" ]; then
         DB=$(tr '\0' '\n' <"/proc/$pid/cmdline" | sed -n '/^--db-filename$/{n;p;q}; s/^--db-filename=//p' | head -1)
     else
