@@ -124,12 +124,15 @@ def _measure_one(pattern, inputs: dict[str, str], conn) -> None:
         # the product path cuts the line first: charge the time to the text it really searched
         searched = min(len(text), MAX_EXTRACT_CHARS) if hasattr(pattern, "matches") else len(text)
         mb = max(len(text[:searched].encode("utf-8", "surrogatepass")) / MB, 1e-9)
-        t0 = time.process_time()
-        if hasattr(pattern, "matches"):
-            pattern.matches(text)
-        if hasattr(pattern, "extract_fields"):
-            pattern.extract_fields(text)
-        product = (time.process_time() - t0) * 1000 / mb
+        best = float("inf")
+        for _ in range(5):  # short runs: the least disturbed of five
+            t0 = time.process_time()
+            if hasattr(pattern, "matches"):
+                pattern.matches(text)
+            if hasattr(pattern, "extract_fields"):
+                pattern.extract_fields(text)
+            best = min(best, time.process_time() - t0)
+        product = best * 1000 / mb
         conn.send(("product", "matches+extract", name, product))
     conn.send(("done", "", "", 0.0))
 
