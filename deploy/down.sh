@@ -6,8 +6,7 @@ set -uo pipefail
 SERVICE=down
 # shellcheck source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-ALL=(slurm temporal mysql ssh)
-# a service is any deploy/<name>/ with an up.sh and down.sh (e.g. prometheus); no argument means ALL
+# a service is any deploy/<name>/ with an up.sh and down.sh (e.g. prometheus)
 mapfile -t KNOWN < <(cd "$DEPLOY_DIR" && for d in */; do [ -f "$d/up.sh" ] && echo "${d%/}"; done)
 services=("$@")
 [ ${#services[@]} -gt 0 ] || services=(ssh mysql temporal slurm)

@@ -10,7 +10,7 @@ SERVICE=mysql
 # shellcheck source=../lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 PORT=${JOBMEDIC_MYSQL_PORT:-3306}
-DATABASE=test
+DATABASE="test"
 URL="mysql+pymysql://root@127.0.0.1:$PORT/$DATABASE"
 DIR=$STACK/mysql
 LOG=$DIR/mariadb.log
