@@ -259,7 +259,7 @@ class _Builder:
         self.evidence = evidence
         self.catalogue = catalogue
         self.specs = catalogue.by_id()
-        self.benign = catalogue.benign_patterns
+        self.benign = [p.compiled for p in catalogue.benign_patterns]
         job = evidence.job
         hosts = list(job.nodes) if job else []
         if job:
@@ -291,7 +291,7 @@ class _Builder:
 
     def _add_line(self, line_no: int, line: str, ids: list[str], order: int) -> None:
         specs = [self.specs[i] for i in ids if i in self.specs]
-        if any(s.benign for s in specs) or any(b.matches(line) for b in self.benign):
+        if any(s.benign for s in specs) or any(rx.search(line) for rx in self.benign):
             self.benign_lines += 1
             return
         specs = [s for s in specs if not s.benign]
