@@ -173,6 +173,11 @@ class SlurmClient:
     async def requeue_hold(self, key: JobKey, *, expected_restarts: int | None = None) -> ActionResult:
         """Stop the job (if it runs) and leave it PENDING and held, same job id.
 
+        Works on a running job and on one that ended (FAILED, CANCELLED,
+        TIMEOUT, NODE_FAIL, ...) while slurmctld still holds it (`MinJobAge`);
+        whether an ended job should come back is the caller's decision. A
+        pending job is only held. Refused for COMPLETED jobs.
+
         No-op when the job is already pending and held, or when its restart
         count is above `expected_restarts` (it was requeued since the caller
         looked: by us in an earlier try, or by Slurm).
@@ -227,8 +232,10 @@ class SlurmClient:
         """Release a held job; with `start_now`, also skip Slurm's wait after a requeue.
 
         After a requeue Slurm keeps the job from starting for the credential
-        lifetime (`AuthInfo=cred_expire`, 120 s by default); `StartTime=now`
-        lets it start at the next scheduling pass.
+        lifetime (`AuthInfo=cred_expire`, 120 s by default, shown as reason
+        BeginTime); `StartTime=now` lets it start at the next scheduling pass.
+        That is only done for a job that was requeued (restarts > 0): a job
+        that never ran keeps the begin time its user asked for.
         """
         kind = ActionKind.RELEASE
         job = await self.job_for_key(key)
@@ -240,7 +247,7 @@ class SlurmClient:
         if job.held:
             await self._scontrol(["release", job.job_id], what=f"release job {job.job_id}")
             steps.append("released")
-        if start_now and (job.held or job.reason == "BeginTime"):
+        if start_now and job.restarts > 0 and (job.held or job.reason == "BeginTime"):
             await self._scontrol(
                 ["update", f"JobId={job.job_id}", "StartTime=now"], what=f"start job {job.job_id} now"
             )

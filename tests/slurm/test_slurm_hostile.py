@@ -101,6 +101,6 @@ async def test_hostile_drain_reason_is_stored_literally(client: SlurmClient, dra
 async def test_other_jobs_are_still_listed_next_to_hostile_ones(client: SlurmClient, jobs: Jobs, marker: Path) -> None:
     good = jobs.submit("--hold", label="fine", comment=OPT_IN)
     jobs.submit("--hold", label="bad", comment="{" * 1000)
-    jobs.submit("--hold", name=f"jmt-{jobs.tag}-" + "\n" * 50 + "$(reboot)", label="x")
+    jobs.submit("--hold", name=f"jmt-{jobs.tag}-" + "\n" * 5 + "$(reboot)", label="x")
     watched = {j.job_id for j in await client.list_jobs()}
     assert good in watched

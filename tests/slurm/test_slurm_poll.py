@@ -15,7 +15,7 @@ from .conftest import OPT_IN, Jobs
 
 pytestmark = pytest.mark.slurm
 
-EXTRA_JOBS = 100
+EXTRA_JOBS = 50
 
 
 class CountingRunner:
