@@ -17,24 +17,28 @@ CUT_MARK = " [... line cut by jobmedic]"
 
 # CSI (colours, cursor moves), OSC (window titles, hyperlinks; BEL or ST ends them),
 # DCS/SOS/PM/APC strings, and the two-byte escapes (ESC 7, ESC M, ...)
+# (never across a line end, so whole blocks of lines can be cleaned at once)
 _ANSI = re.compile(
     rb"\x1b(?:"
     rb"\[[0-?]*[ -/]*[@-~]"
-    rb"|\][^\x07\x1b]*(?:\x07|\x1b\\)"
-    rb"|[PX^_][^\x1b]*\x1b\\"
+    rb"|\][^\x07\x1b\n\r]*(?:\x07|\x1b\\)"
+    rb"|[PX^_][^\x1b\n\r]*\x1b\\"
     rb"|[@-Z\\-_]"
     rb")"
 )
 # C0 controls except TAB, and DEL; `\r` and `\n` never reach this step
 _CONTROL = bytes([*range(0x00, 0x09), *range(0x0A, 0x20), 0x7F])
+# the same, keeping `\n` (the line separator of a block)
+_CONTROL_KEEP_NL = bytes([*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F])
+_CONTROL_KEEP_NL_CR = bytes([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
 
 
 def clean_line(raw: bytes, *, max_line_bytes: int, cut: bool = False) -> tuple[str, bool]:
     """One log line (without its `\\n`) as printable text.
 
     Trailing `\\r`s (CRLF endings) are dropped; of the `\\r`-separated frames of a
-    progress bar only the last is kept; the result is cut at `max_line_bytes`
-    bytes; ANSI escape sequences and control bytes (NUL included) are removed;
+    progress bar only the last is kept; ANSI escape sequences and control bytes
+    (NUL included) are removed; the result is cut at `max_line_bytes` bytes;
     invalid UTF-8 becomes U+FFFD.
 
     Args:
@@ -49,16 +53,49 @@ def clean_line(raw: bytes, *, max_line_bytes: int, cut: bool = False) -> tuple[s
     last_cr = raw.rfind(b"\r")
     if last_cr >= 0:
         raw = raw[last_cr + 1 :]
+    if b"\x1b" in raw:
+        raw = _ANSI.sub(b"", raw)
+    raw = raw.translate(None, _CONTROL)
     if len(raw) > max_line_bytes:
         raw = raw[:max_line_bytes]
         cut = True
     if cut:
         raw = _drop_split_utf8_tail(raw)
-    if b"\x1b" in raw:
-        raw = _ANSI.sub(b"", raw)
-    raw = raw.translate(None, _CONTROL)
     text = raw.decode("utf-8", errors="replace")
     return (text + CUT_MARK, True) if cut else (text, False)
+
+
+def clean_block(block: bytes, *, max_line_bytes: int) -> tuple[list[str], list[int]]:
+    """Many complete lines at once (`block` ends with `\\n`): the same result as
+    `clean_line` on each, with whole-block operations wherever possible (on
+    these machines Python's `re` manages 20-60 MB/s, `bytes.replace` ~200 MB/s).
+
+    Returns:
+        The lines and the indexes of those that were cut.
+    """
+    frames = False
+    if b"\r" in block:
+        while b"\r\n" in block:  # CRLF endings (and the odd "\r\r\n")
+            block = block.replace(b"\r\n", b"\n")
+        frames = b"\r" in block  # bare "\r": progress frames somewhere in the block
+    if b"\x1b" in block:
+        block = _ANSI.sub(b"", block)
+    block = block.translate(None, _CONTROL_KEEP_NL_CR if frames else _CONTROL_KEEP_NL)
+    lines = block.decode("utf-8", errors="replace").split("\n")
+    lines.pop()  # after the final "\n"
+    if frames:
+        lines = [line.rpartition("\r")[2] if "\r" in line else line for line in lines]
+    if len(block) <= max_line_bytes or max(map(len, lines)) * 4 <= max_line_bytes:
+        return lines, []  # no line can be longer (a character is at most 4 bytes)
+    # a rare block with a line that may be too long: measure the raw bytes of each
+    parts = block.split(b"\n")
+    parts.pop()
+    if frames:
+        parts = [part.rpartition(b"\r")[2] for part in parts]
+    cut = [i for i, part in enumerate(parts) if len(part) > max_line_bytes]
+    for i in cut:
+        lines[i] = _drop_split_utf8_tail(parts[i][:max_line_bytes]).decode("utf-8", errors="replace") + CUT_MARK
+    return lines, cut
 
 
 def _drop_split_utf8_tail(raw: bytes) -> bytes:
@@ -129,16 +166,19 @@ def split_block(
             out.cut.append(len(out.lines))
         out.lines.append(text)
 
-    while True:
-        if len(out.lines) >= max_lines:
+    last_nl = data.rfind(b"\n", pos)
+    if last_nl >= 0:
+        block = data[pos : last_nl + 1]
+        if block.count(b"\n") > max_lines:
+            # keep the first max_lines lines; the rest waits for the next read
+            rest = block.split(b"\n", max_lines)[-1]
+            block = block[: len(block) - len(rest)]
+            out.stopped_early = True
+        out.lines, out.cut = clean_block(block, max_line_bytes=max_line_bytes)
+        pos += len(block)
+        if out.stopped_early:
             out.consumed = pos
-            out.stopped_early = pos < len(data)
             return out
-        nl = data.find(b"\n", pos)
-        if nl < 0:
-            break
-        add(data[pos:nl])
-        pos = nl + 1
 
     end = len(data)
     if pos < end:

@@ -37,7 +37,7 @@ _T = TypeVar("_T")
 
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_LINE_BYTES = 64 * 1024
-DEFAULT_MAX_LINES = 50_000
+DEFAULT_MAX_LINES = 200_000
 # the fingerprint covers up to this many leading bytes
 _FINGERPRINT_BYTES = 256
 

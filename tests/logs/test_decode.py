@@ -93,3 +93,16 @@ def test_binary_garbage_gives_bounded_printable_lines() -> None:
         assert len(line.removesuffix(CUT_MARK).encode("utf-8", errors="surrogatepass")) <= 512 * 3
         assert not any(ord(ch) < 0x20 and ch != "\t" for ch in line)
         assert "\x7f" not in line
+
+
+def test_block_cleaning_equals_line_by_line_cleaning() -> None:
+    rng = random.Random(11)
+    pieces = [b"step 12 loss 2.5", b"\x1b[31m", b"\x1b[0m", b"\r", b"\r\r", b"\x00", b"\xff", b"\xc3\xa9", b"\xe2\x9c",
+              b"\t", b"\x1b]0;title\x07", b"\x1b", b"[", b"A" * 40, b" ", b"\x7f", b"\x1bM"]
+    lines = [b"".join(rng.choice(pieces) for _ in range(rng.randrange(0, 12))) for _ in range(3000)]
+    block = b"".join(line + b"\n" for line in lines)
+    out = split_block(block, mid_line=False, at_eof=True, final=False, max_line_bytes=60, max_lines=10**6)
+    expected = [clean_line(line, max_line_bytes=60) for line in lines]
+    assert out.lines == [text for text, _ in expected]
+    assert out.cut == [i for i, (_, cut) in enumerate(expected) if cut]
+    assert out.consumed == len(block)
