@@ -463,8 +463,9 @@ class Screener:
         """Screen a binary stream to its end, holding at most about `max_line_bytes + chunk_bytes`.
 
         A line longer than `max_line_bytes` is screened in pieces that overlap by
-        64 KiB (a match longer than that, straddling two pieces, is missed); it
-        still counts as one line.
+        64 KiB (a match longer than that, straddling two pieces, is missed, and a
+        `^`-anchored pattern may match at the start of a later piece); it still
+        counts as one line.
 
         With `complete_lines_only` (tailing a log that is still being written) a
         last line without a newline is left alone: `result.bytes` then counts the
