@@ -156,7 +156,8 @@ def split_block(
     if mid_line:
         nl = data.find(b"\n")
         if nl < 0:
-            out.consumed = len(data)
+            # all of it is the rest of the cut line; a final "\r" may be half a CRLF
+            out.consumed = len(data) - 1 if data.endswith(b"\r") else len(data)
             return out
         pos = nl + 1
 

@@ -106,3 +106,8 @@ def test_block_cleaning_equals_line_by_line_cleaning() -> None:
     assert out.lines == [text for text, _ in expected]
     assert out.cut == [i for i, (_, cut) in enumerate(expected) if cut]
     assert out.consumed == len(block)
+
+
+def test_skipping_the_rest_of_a_cut_line_stops_before_half_a_crlf() -> None:
+    out = split_block(b"rest of the cut line\r", mid_line=True, at_eof=True, final=False, max_line_bytes=100, max_lines=10)
+    assert out.lines == [] and out.consumed == len(b"rest of the cut line")
