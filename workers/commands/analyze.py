@@ -36,8 +36,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_analyze(args: argparse.Namespace, settings: Settings, *, out: TextIO | None = None,
                 err: TextIO | None = None) -> int:
-    out = out or sys.stdout
-    err = err or sys.stderr
+    try:
+        return _run(args, out or sys.stdout, err or sys.stderr)
+    except BrokenPipeError:  # `jobmedic analyze ... | head`: the reader left, not an error of ours
+        return 0
+
+
+def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     layout = None
     if args.layout:
         try:
