@@ -101,6 +101,10 @@ class Catalogue(BaseModel):
     def benign_patterns(self) -> list[PatternSpec]:
         return [p for p in self.patterns if p.benign]
 
+    def benign_line(self, line: str) -> bool:
+        """Whether a harmless look-alike explains `line` (then its other matches mean nothing)."""
+        return any(p.matches(line) for p in self.benign_patterns)
+
     @property
     def screen_patterns(self) -> list[PatternSpec]:
         """The patterns worth screening for (benign look-alikes are checked only on flagged lines)."""
