@@ -219,6 +219,9 @@ class SshRunner:
             "username": self.user,
             "known_hosts": str(self.known_hosts),
             "connect_timeout": self.connect_timeout,
+            # notice a connection that died silently (NAT, login node reboot) within ~90 s
+            "keepalive_interval": 30,
+            "keepalive_count_max": 3,
             # never fall back to ~/.ssh or an agent: the configured key is the only one
             "agent_path": None,
             "config": [],

@@ -87,4 +87,5 @@ env = {{ SLURM_CONF = "{slurm_cluster.conf}" }}
     wrong = config.read_text().replace(str(sshd.known_hosts), str(sshd.wrong_known_hosts))
     config.write_text(wrong)
     refused = jobmedic("--config", str(config), "slurm", "nodes", "--json")
-    assert refused.returncode == 1 and "known_hosts" in refused.stderr or "does not match" in refused.stderr
+    assert refused.returncode == 1
+    assert "does not match" in refused.stderr and str(sshd.wrong_known_hosts) in refused.stderr
