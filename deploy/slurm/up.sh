@@ -58,7 +58,7 @@ if ! munge_ok; then
     touch "$LAB/run/munged.started-by-jobmedic"
     for _ in $(seq 50); do munge_ok && break; sleep 0.1; done
     munge_ok || die "munged did not start; see /var/log/munge/munged.log"
-    started+=("munged pid $(pid_of /run/munge/munged.pid) (log /var/log/munge/munged.log)")
+    started+=("started munged pid $(pid_of /run/munge/munged.pid) (log /var/log/munge/munged.log)")
 fi
 
 # ------------------------------------------------------------------ slurm.conf
@@ -150,7 +150,7 @@ if ! alive "$(ctld_pid)"; then
     for _ in $(seq 100); do ctld_up && break; sleep 0.1; done
     ctld_up || die "slurmctld did not come up; last lines of $LAB/log/slurmctld.log:
 $(tail -20 "$LAB/log/slurmctld.log" 2>/dev/null)"
-    started+=("slurmctld pid $(ctld_pid) on 127.0.0.1:$CTLD_PORT (log $LAB/log/slurmctld.log)")
+    started+=("started slurmctld pid $(ctld_pid) on 127.0.0.1:$CTLD_PORT (log $LAB/log/slurmctld.log)")
 fi
 ctld_up || die "slurmctld (pid $(ctld_pid)) does not answer 'scontrol ping'; see $LAB/log/slurmctld.log"
 
@@ -169,7 +169,7 @@ for n in "${nodes[@]}"; do
     rm -f "$LAB/run/$n.killed-at"
     mkdir -p "$LAB/spool/$n"
     slurmd -f "$SLURM_CONF" -N "$n" 9>&-
-    started+=("slurmd $n (log $LAB/log/slurmd-$n.log)")
+    started+=("started slurmd $n (log $LAB/log/slurmd-$n.log)")
 done
 
 # ------------------------------------------------------------------ every node usable
@@ -179,33 +179,30 @@ is_left_alone() { [[ " ${left_alone[*]} " == *" $1 "* ]]; }
 unusable() { # reads node lines, prints the nodes that should be usable but are not
     while IFS='|' read -r n st _; do [[ $st =~ $USABLE ]] || is_left_alone "$n" || echo "$n"; done
 }
+# A node DOWN/DRAIN by an admin (state without '*') needs State=RESUME; a starred one (not
+# responding) comes back by itself once its slurmd registers (ReturnToService=1).
+resumed=" "
 lines=$(node_lines)
-if [ -n "$(unusable <<<"$lines")" ]; then
-    for _ in $(seq 100); do # slurmds just started register within a second or two
-        lines=$(node_lines)
-        [ -z "$(unusable <<<"$lines")" ] && break
-        sleep 0.1
-    done
+for _ in $(seq 300); do
+    [ -z "$(unusable <<<"$lines")" ] && break
     while IFS='|' read -r n st when; do
-        [[ $st =~ $USABLE ]] && continue
-        is_left_alone "$n" && continue
-        [[ $st =~ down|drain|drng|fail ]] || continue
+        [[ $st =~ $USABLE ]] || is_left_alone "$n" || [[ $resumed == *" $n "* ]] && continue
+        [[ $st =~ ^(down|drain|drng|fail|failg)$ ]] || continue
         since=$(date -d "$when" +%s 2>/dev/null || true)
         if recently "$since"; then
             left_alone+=("$n ($st since $when: $(sinfo -h -n "$n" -o %E))")
             continue
         fi
+        reason=$(sinfo -h -n "$n" -o %E)
         scontrol update NodeName="$n" State=RESUME 2>/dev/null || true
-        started+=("resumed $n (was $st: $(sinfo -h -n "$n" -o %E))")
+        resumed+="$n "
+        started+=("resumed $n (was $st: $reason)")
     done <<<"$lines"
-    for _ in $(seq 300); do
-        lines=$(node_lines)
-        [ -z "$(unusable <<<"$lines")" ] && break
-        sleep 0.1
-    done
-    bad=$(unusable <<<"$lines" | tr '\n' ' ')
-    [ -z "$bad" ] || die "nodes not usable after 30 s: $bad(sinfo: $(sinfo -h -N -o '%N=%t' | tr '\n' ' ')); see $LAB/log/"
-fi
+    sleep 0.1
+    lines=$(node_lines)
+done
+bad=$(unusable <<<"$lines" | tr '\n' ' ')
+[ -z "$bad" ] || die "nodes not usable after 30 s: $bad(sinfo: $(sinfo -h -N -o '%N=%t' | tr '\n' ' ')); see $LAB/log/"
 
 # ------------------------------------------------------------------ describe
 nodes_json=$(printf '"%s",' "${nodes[@]}")
@@ -222,7 +219,7 @@ if [ ${#started[@]} -eq 0 ]; then
     say "already up: $summary"
 else
     outcome started
-    for s in "${started[@]}"; do say "started $s"; done
+    for s in "${started[@]}"; do say "$s"; done
     say "up: $summary"
 fi
 for s in "${left_alone[@]}"; do say "left alone: $s"; done

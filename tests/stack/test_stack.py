@@ -316,7 +316,7 @@ def test_ssh_cold_up_no_op_and_down_on_a_private_port(tmp_path: Path) -> None:
     assert not port_open(port)
 
 
-def test_private_slurm_cluster_cold_up_node_kill_and_down(tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_private_slurm_cluster_cold_up_node_kill_drain_and_down(tmp_path_factory: pytest.TempPathFactory) -> None:
     lab = tmp_path_factory.mktemp("lab")
     stack = tmp_path_factory.mktemp("stack")
     ctld_port, base_port = free_port(), 27100
@@ -349,6 +349,16 @@ def test_private_slurm_cluster_cold_up_node_kill_and_down(tmp_path_factory: pyte
         warm = run(["bash", str(DEPLOY / "up.sh"), "slurm"], env=env)
         assert warm.returncode == 0, warm.stdout + warm.stderr
         assert "everything already up (slurm)" in warm.stdout
+
+        drain = ["scontrol", "update", "NodeName=node1", "State=DRAIN", "Reason=stack test drain"]
+        assert run(drain, env=env).returncode == 0
+        # drained moments ago: left alone; once the grace period is over: resumed
+        fresh = run(["bash", str(DEPLOY / "up.sh"), "slurm"], env=env)
+        assert "left alone: node1 (drain since" in fresh.stdout, fresh.stdout + fresh.stderr
+        stale = run(["bash", str(DEPLOY / "up.sh"), "slurm"], env={**env, "JOBMEDIC_SLURM_GRACE_S": "0"})
+        assert stale.returncode == 0, stale.stdout + stale.stderr
+        assert "resumed node1 (was drain: stack test drain)" in stale.stdout
+        assert run(["sinfo", "-h", "-n", "node1", "-o", "%t"], env=env).stdout.strip() == "idle"
     finally:
         pids = [int(p.read_text()) for p in (lab / "run").glob("*.pid")]
         down = run(["bash", str(DEPLOY / "down.sh"), "slurm"], env=env)
