@@ -130,6 +130,10 @@ _MPI_TAG = re.compile(r"^\[[0-9]{1,6},([0-9]{1,6})\]<(?:stdout|stderr)>: ?")
 _TORCH_RANK = re.compile(r"^\[(?:rank|RANK) ?([0-9]{1,6})\]: ?")
 _SRUN_LABEL = re.compile(r"^ {0,6}([0-9]{1,6}): ")
 _HOST_PREFIX = re.compile(r"^([A-Za-z][A-Za-z0-9._-]{0,62}): ")
+_TEE_PREFIX = re.compile(r"^\[(?:default|[a-z_]{1,20})([0-9]{1,4})\]:")  # torchrun --tee: [default3]:
+_RAY_PREFIX = re.compile(r"^\([A-Za-z_]{0,40} ?pid=[0-9]{1,8}, ip=([0-9A-Fa-f.:]{3,45})\) ")
+_KUBECTL_PREFIX = re.compile(r"^\[pod/([A-Za-z0-9._-]{1,253})/[A-Za-z0-9._-]{1,63}\] ")
+_COMPOSE_PREFIX = re.compile(r"^([A-Za-z][A-Za-z0-9._-]{0,62}) +\| ")
 _NCCL_PREFIX = re.compile(
     r"(?:^|[\s\]:>])([A-Za-z0-9][A-Za-z0-9._-]{0,62}):[0-9]{1,8}:[0-9]{1,8} \[([0-9]{1,3})\] NCCL "
 )
@@ -148,6 +152,7 @@ class LineContext:
     task: int | None = None  # Slurm task id (srun --label)
     rank: int | None = None  # torch global rank
     local_gpu: str | None = None  # NCCL "[dev]"
+    local_rank: int | None = None  # torchrun --tee "[default3]:"
     text: str = ""  # the line without its prefixes
 
 
@@ -188,8 +193,18 @@ def parse_context(line: str, *, known_hosts: frozenset[str] = frozenset()) -> Li
             ctx.task = int(m.group(1)) if ctx.task is None else ctx.task
             text = text[m.end():]
             continue
-        m = _HOST_PREFIX.match(text)
+        m = _HOST_PREFIX.match(text) or _COMPOSE_PREFIX.match(text)
         if m and _host_like(m.group(1), known_hosts):
+            ctx.host = ctx.host or m.group(1)
+            text = text[m.end():]
+            continue
+        m = _TEE_PREFIX.match(text)
+        if m:
+            ctx.local_rank = int(m.group(1)) if ctx.local_rank is None else ctx.local_rank
+            text = text[m.end():]
+            continue
+        m = _RAY_PREFIX.match(text) or _KUBECTL_PREFIX.match(text)
+        if m:
             ctx.host = ctx.host or m.group(1)
             text = text[m.end():]
             continue

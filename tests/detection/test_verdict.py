@@ -230,6 +230,10 @@ def test_line_prefixes_name_hosts_and_ranks():
     assert ctx.host == "gpu04" and ctx.text.startswith("NVRM")
     ctx = parse_context("2024-05-01T10:00:00.123+00:00 cn17 kernel: Out of memory: Killed process 1 (python)")
     assert ctx.host == "cn17"
+    assert parse_context("[default3]:[rank11]:boom").local_rank == 3
+    assert parse_context("(RayTrainWorker pid=4411, ip=10.2.0.17) boom").host == "10.2.0.17"
+    assert parse_context("[pod/llama-worker-3/pytorch] boom").host == "llama-worker-3"
+    assert parse_context("worker-7   | boom").host == "worker-7"
     assert parse_context("RuntimeError: boom").host is None
     assert parse_context("Epoch3: loss 1.0").host is None
 
