@@ -156,11 +156,11 @@ def evaluate(split: str, *, quick: bool, verbose: bool, catalogue: Catalogue) ->
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a third of the tuning split (whole holdout); seconds")
-    parser.add_argument("--split", choices=["tuning", "holdout", "blind", "all"], default="all")
+    parser.add_argument("--split", choices=["tuning", "holdout", "blind", "blind2", "all"], default="all")
     parser.add_argument("--verbose", action="store_true", help="list the cases the engine gets wrong")
     args = parser.parse_args(argv)
     catalogue = load_catalogue()
-    splits = ["tuning", "holdout", "blind"] if args.split == "all" else [args.split]
+    splits = ["tuning", "holdout", "blind", "blind2"] if args.split == "all" else [args.split]
     figures: dict = {"catalogue_version": catalogue.version, "quick": args.quick,
                      "baseline": "first fatal/error-severity catalogue match wins"}
     for split in splits:

@@ -23,6 +23,7 @@ BENCH = _bench()
 TUNING = BENCH.load_cases("tuning")
 HOLDOUT = BENCH.load_cases("holdout")
 BLIND = BENCH.load_cases("blind")
+BLIND2 = BENCH.load_cases("blind2")
 
 
 def test_corpus_is_large_and_covers_every_category():
@@ -47,10 +48,10 @@ def test_tuning_case(log, side):
         assert verdict.explanation.startswith("Root cause:")
 
 
-@pytest.mark.parametrize("split", ["holdout", "blind"])
+@pytest.mark.parametrize("split", ["holdout", "blind", "blind2"])
 def test_held_out_macro_f1_floor_and_benign_false_positives(split):
     catalogue = load_catalogue()
-    cases = HOLDOUT if split == "holdout" else BLIND
+    cases = {"holdout": HOLDOUT, "blind": BLIND, "blind2": BLIND2}[split]
     pairs = [(side["category"], BENCH.run_case(log, side, catalogue=catalogue).category.value) for log, side in cases]
     figures = BENCH.score(pairs)
     assert figures["macro_f1"] >= 0.9, figures
