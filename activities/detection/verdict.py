@@ -21,7 +21,7 @@ How the root cause is chosen (first step that applies wins):
 4. Software causes (CUDA errors, storage, interconnect, application, NCCL
    errors): the earliest in the log wins; what follows it is fallout. A device
    assert or illegal access beats the NCCL errors it causes.
-5. Communication hangs, then NCCL watchdog timeouts. Ranks that report a
+5. NCCL watchdog timeouts, then communication hangs. Ranks that report a
    timeout are victims; ranks that do not report (or report an older sequence
    number, or are named by a monitored barrier) are suspects and implicate
    their hosts.
@@ -646,13 +646,13 @@ def _choose(b: _Builder, evidence: JobEvidence) -> _Choice:
         base = 0.85 if first.severity == "fatal" else 0.75
         return _Choice(first.category, chosen, base)
 
-    # 5. hangs, then NCCL timeouts
-    hang = [s for s in causes if s.category == Category.HANG]
-    if hang:
-        return _Choice(Category.HANG, hang, 0.75)
+    # 5. NCCL timeouts (they say who is waiting on whom), then hangs of the watchdog itself
     timeouts = [s for s in causes if s.category == Category.NCCL_TIMEOUT]
     if timeouts and not (sched[Category.TIME_LIMIT] and evidence.hang_suspected):
         return _nccl_timeout_choice(b, timeouts, evidence)
+    hang = [s for s in causes if s.category == Category.HANG]
+    if hang:
+        return _Choice(Category.HANG, hang, 0.75)
 
     # 6. out of time
     if sched[Category.TIME_LIMIT]:
@@ -842,8 +842,11 @@ def attribute_lines(
     b.add_elastic()
     if evidence.job is not None:
         b.add_job(evidence.job)
-    b.add_nodes(evidence.nodes)
-    b.add_metrics(evidence.metric_facts)
+    job = evidence.job
+    if job is None or not (job.state == JobState.COMPLETED and (job.exit_code or 0) == 0):
+        # a job that finished cleanly is not explained by a node that went bad afterwards
+        b.add_nodes(evidence.nodes)
+        b.add_metrics(evidence.metric_facts)
     b.resolve_hosts()
     choice = _choose(b, evidence)
     return _verdict(b, choice, evidence, catalogue)

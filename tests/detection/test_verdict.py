@@ -261,3 +261,16 @@ def test_hostile_lines_do_not_break_attribution():
     v = verdict(lines, job=job())
     assert v.category == Category.CUDA_ERROR
     assert v.deterministic_signature is not None
+
+
+def test_a_cleanly_finished_job_is_not_blamed_on_a_node_that_failed_later():
+    v = verdict(["0:  iteration 100/100 | lm loss: 1.9"], job=job(state=JobState.COMPLETED, exit_code=0),
+                nodes=[NodeInfo(name="gpu02", state="DOWN", reason="Not responding")])
+    assert v.category == Category.NONE
+
+
+def test_watchdog_timeouts_outrank_a_stuck_watchdog():
+    stuck = ("0: [PG 0 Rank 0] ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in "
+             "monitoring enqueued collectives.")
+    assert verdict([stuck]).category == Category.HANG
+    assert verdict([stuck, watchdog(1), watchdog(2)]).category == Category.NCCL_TIMEOUT
