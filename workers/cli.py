@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from adapters.errors import ConfigError, JobmedicError
@@ -60,5 +61,18 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def run() -> None:
+    """Console entry point.
+
+    Exits without interpreter finalization: the Temporal SDK's native runtime
+    threads can call into Python while it shuts down and abort the process
+    (exit 134) after the command already succeeded.
+    """
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

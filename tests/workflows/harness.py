@@ -123,11 +123,11 @@ class WorkerProcess:
         if fault_delays is not None:
             self.scenario.fault_delays = fault_delays
         self.scenario.write_config()
-        out = open(self.log, "ab")
-        self.proc = subprocess.Popen(
-            [JOBMEDIC, "worker"], env=self.scenario.env(), stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with open(self.log, "ab") as out:  # the child keeps its own copy of the descriptor
+            self.proc = subprocess.Popen(
+                [JOBMEDIC, "worker"], env=self.scenario.env(), stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         return self
 
     def kill9(self) -> None:

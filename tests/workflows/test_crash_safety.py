@@ -140,12 +140,14 @@ class PrivateMariaDB:
         )
 
     def start(self) -> None:
+        log = open(self.datadir.parent / "mariadb.log", "ab")
         self.proc = subprocess.Popen(
             ["mariadbd", f"--datadir={self.datadir}", f"--port={self.port}", "--bind-address=127.0.0.1",
              f"--socket={self.datadir}/mysqld.sock", f"--pid-file={self.datadir}/mysqld.pid", "--user=root",
              "--skip-grant-tables", "--skip-log-bin"],
-            stdout=subprocess.DEVNULL, stderr=open(self.datadir.parent / "mariadb.log", "ab"),
+            stdout=subprocess.DEVNULL, stderr=log,
         )
+        log.close()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:

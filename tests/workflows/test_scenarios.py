@@ -107,8 +107,10 @@ async def test_same_application_error_twice_stops_the_job(scenario: Scenario, wo
     assert [a.rule for a in advice] == ["app_error_restart", "same_app_error_twice"]
     assert all(a.category == "app_error" for a in advice)
     assert stopped[0].action == "stop"
+    releases = [e for e in scenario.entries(job_id) if e.event_type is EventType.ACTION_CONFIRMED and e.action == "release"]
+    assert len(releases) == 1  # restarted once; the second failure was held (restart count 2) and cancelled
     state, restarts = _state(job_id)
-    assert state == "CANCELLED" and restarts == 1
+    assert state == "CANCELLED" and restarts == 2
 
 
 async def test_no_new_checkpoint_across_attempts_stops_the_job(scenario: Scenario, worker: WorkerProcess) -> None:
@@ -121,7 +123,7 @@ async def test_no_new_checkpoint_across_attempts_stops_the_job(scenario: Scenari
     advice = [e for e in scenario.entries(job_id) if e.event_type is EventType.ADVICE]
     assert advice[-1].rule == "no_checkpoint_progress", [a.rule for a in advice]
     assert len(advice) == 2
-    assert _state(job_id) == ("CANCELLED", 1)
+    assert _state(job_id) == ("CANCELLED", 2)  # one restart, then held for the decision and cancelled
 
 
 async def test_hang_without_error_text_is_restarted(scenario: Scenario, worker: WorkerProcess) -> None:
@@ -138,10 +140,16 @@ async def test_hang_without_error_text_is_restarted(scenario: Scenario, worker: 
 
 async def test_pause_resume_and_stop_signals(scenario: Scenario, worker: WorkerProcess) -> None:
     worker.start()
-    job_id = _submit(scenario, plan="xid,ok", fail_at=40)
+    job_id = _submit(scenario, plan="xid,ok", fail_at=150, iterations=200)  # fails ~15 s in: time to pause first
     await wait_for(lambda: _state(job_id)[0] == "RUNNING", timeout=60, what="RUNNING")
-    await wait_for(lambda: scenario.cli("pause", job_id, check=False).returncode == 0, timeout=30,
-                   what="the job's workflow to accept pause")
+    tries: list[str] = []
+
+    def pause() -> bool:
+        done = scenario.cli("pause", job_id, check=False)
+        tries.append(done.stderr.strip()[-300:])
+        return done.returncode == 0
+
+    await wait_for(pause, timeout=30, what=f"the job's workflow to accept pause ({tries[-1:]})")
     advice = await wait_for(
         lambda: [e for e in scenario.entries(job_id) if e.event_type is EventType.ADVICE], timeout=120, what="advice"
     )
