@@ -1043,9 +1043,14 @@ def _explain(
         if not detail and primary.pattern_id:
             spec = catalogue.get(primary.pattern_id)
             detail = spec.description if spec else ""
-        shown = primary.text or primary.line
+        shown = (primary.text or primary.line).strip()
+        if detail and detail.strip().rstrip(".") in shown and primary.pattern_id:
+            spec = catalogue.get(primary.pattern_id)
+            detail = spec.description if spec else ""
         shown = shown if len(shown) <= 220 else shown[:217] + "..."
-        parts.append(f"Key evidence ({loc}): \"{shown.strip()}\"" + (f" - {detail}" if detail else "") + ".")
+        seen_on = f" on {primary.host}" if primary.host and not hosts else ""
+        detail = detail.strip().rstrip(".")
+        parts.append(f"Key evidence ({loc}{seen_on}): \"{shown}\"" + (f" - {detail}" if detail else "") + ".")
     if choice.why:
         parts.append(choice.why[0].upper() + choice.why[1:] + ".")
     victims = [s for s in b.signals if s not in sigs and s.strong and s.category in (
@@ -1053,7 +1058,7 @@ def _explain(
     if victims and cat not in (Category.NCCL_TIMEOUT,):
         victim_ranks = sorted({s.rank for s in victims if s.rank is not None})
         who = f" from rank(s) {', '.join(map(str, victim_ranks[:16]))}" if victim_ranks else ""
-        parts.append(f"{len(victims)} other error line(s){who} follow from it and are not the cause.")
+        parts.append(f"{len(victims)} other error line(s){who} are fallout or context, not the root cause.")
     if ranks and cat != Category.NCCL_TIMEOUT:
         parts.append(f"Rank(s) involved: {', '.join(map(str, ranks[:16]))}.")
     repeat = [h for h in hosts if evidence.node_failure_counts.get(h, 0) >= 2]
