@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +18,13 @@ from adapters.errors import ConfigError
 #: "BEGIN IMMEDIATE" takes the write lock up front (no lock upgrade that could fail)
 SQLITE_BEGIN = "jobmedic_sqlite_begin"
 
-SQLITE_BUSY_TIMEOUT_S = 30.0
+# All well inside the audit activity's 30 s start-to-close timeout, so that a hung database
+# fails the attempt (retryable) instead of leaving a blocked thread behind every retry.
+SQLITE_BUSY_TIMEOUT_S = 15.0
 MYSQL_CONNECT_TIMEOUT_S = 10
 # longer than the migration lock wait (migrations.MYSQL_LOCK_WAIT_S)
-MYSQL_READ_TIMEOUT_S = 120
-MYSQL_WRITE_TIMEOUT_S = 60
+MYSQL_READ_TIMEOUT_S = 30
+MYSQL_WRITE_TIMEOUT_S = 30
 # below the usual idle cut-offs of MySQL proxies and load balancers; pre-ping covers the rest
 MYSQL_POOL_RECYCLE_S = 1800
 
@@ -82,7 +86,7 @@ def _sqlite_engine(url: URL) -> Engine:
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
         if path is not None:
-            cursor.execute("PRAGMA journal_mode = WAL")
+            _ensure_wal(cursor)
             # FULL: a committed audit entry survives a power cut, not only a process crash
             cursor.execute("PRAGMA synchronous = FULL")
         cursor.close()
@@ -92,6 +96,24 @@ def _sqlite_engine(url: URL) -> Engine:
         conn.exec_driver_sql(conn.get_execution_options().get(SQLITE_BEGIN, "BEGIN"))
 
     return engine
+
+
+def _ensure_wal(cursor: Any) -> None:
+    """Switch the database file to WAL (a persistent property of the file) unless it is already.
+
+    The switch needs the file to itself and SQLite does not wait for that with the
+    busy timeout, so two processes opening a new store at once retry here briefly.
+    """
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
+    while True:
+        try:
+            if str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc).lower() or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 def _mysql_engine(url: URL) -> Engine:

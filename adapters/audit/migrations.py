@@ -30,7 +30,7 @@ from adapters.audit.errors import AuditStoreRejected, AuditStoreUnavailable, whe
 from adapters.audit.tables import MYSQL_TABLE_OPTIONS
 
 VERSION_TABLE = "schema_version"
-MYSQL_LOCK_WAIT_S = 60
+MYSQL_LOCK_WAIT_S = 20
 
 _TIME = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
 
