@@ -188,25 +188,31 @@ class SlurmClient:
             job = await self._wait_job(key, lambda j: j.state is not JobState.COMPLETING, what="the job to finish completing")
         if expected_restarts is not None and job.restarts > expected_restarts:
             return self._unchanged(kind, job, f"already requeued: restarts {job.restarts} > {expected_restarts}")
-        if job.state is JobState.PENDING:
-            if job.held:
-                return self._unchanged(kind, job, "already pending and held")
-            await self._scontrol(["hold", job.job_id], what=f"hold job {job.job_id}")
-            detail = "job was pending: held it"
-            confirmed = await self._wait_job(key, lambda j: j.state is JobState.PENDING and j.held, what="PENDING held")
-            return self._changed(kind, confirmed, detail)
-        if job.state is JobState.COMPLETED:
-            raise ActionRefused(f"job {job.job_id} COMPLETED; there is nothing to requeue")
-        if job.state not in _REQUEUEABLE:
-            raise ActionRefused(f"job {job.job_id} is {job.state.value}; jobmedic does not requeue from that state")
-        before = job.restarts
-        await self._scontrol(["requeuehold", job.job_id], what=f"requeue-hold job {job.job_id}")
-        confirmed = await self._wait_job(
-            key,
-            lambda j: j.state is JobState.PENDING and j.held and j.restarts > before,
-            what="PENDING held with one more restart",
-        )
-        return self._changed(kind, confirmed, f"requeued from {job.state.value} and held")
+        if job.state is not JobState.PENDING:
+            if job.state is JobState.COMPLETED:
+                raise ActionRefused(f"job {job.job_id} COMPLETED; there is nothing to requeue")
+            if job.state not in _REQUEUEABLE:
+                raise ActionRefused(f"job {job.job_id} is {job.state.value}; jobmedic does not requeue from that state")
+            before = job.restarts
+            try:
+                await self._scontrol(["requeuehold", job.job_id], what=f"requeue-hold job {job.job_id}")
+            except ActionRefused:
+                # Slurm may have requeued it itself (node failure) between our read and the command
+                job = await self.job_for_key(key)
+                if job.state is not JobState.PENDING:
+                    raise
+            else:
+                confirmed = await self._wait_job(
+                    key,
+                    lambda j: j.state is JobState.PENDING and j.held and j.restarts > before,
+                    what="PENDING held with one more restart",
+                )
+                return self._changed(kind, confirmed, f"requeued from {job.state.value} and held")
+        if job.held:
+            return self._unchanged(kind, job, "already pending and held")
+        await self._scontrol(["hold", job.job_id], what=f"hold job {job.job_id}")
+        confirmed = await self._wait_job(key, lambda j: j.state is JobState.PENDING and j.held, what="PENDING held")
+        return self._changed(kind, confirmed, "job was pending: held it")
 
     async def set_excluded_nodes(self, key: JobKey, nodes: list[str]) -> ActionResult:
         """Add `nodes` to the job's excluded nodes (only while it is pending)."""
@@ -248,10 +254,15 @@ class SlurmClient:
             await self._scontrol(["release", job.job_id], what=f"release job {job.job_id}")
             steps.append("released")
         if start_now and job.restarts > 0 and (job.held or job.reason == "BeginTime"):
-            await self._scontrol(
-                ["update", f"JobId={job.job_id}", "StartTime=now"], what=f"start job {job.job_id} now"
-            )
-            steps.append("StartTime=now")
+            try:
+                await self._scontrol(
+                    ["update", f"JobId={job.job_id}", "StartTime=now"], what=f"start job {job.job_id} now"
+                )
+                steps.append("StartTime=now")
+            except ActionRefused:
+                # released jobs can start before this update lands; then there is nothing to skip
+                if (await self.job_for_key(key)).state is JobState.PENDING:
+                    raise
         if not steps:
             return self._unchanged(kind, job, "pending and not held")
         confirmed = await self._wait_job(key, lambda j: not (j.state is JobState.PENDING and j.held), what="not held")
