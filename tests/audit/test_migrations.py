@@ -180,3 +180,32 @@ def test_a_schema_newer_than_the_code_is_refused(store_url: str, make_entry: Mak
         store.record(make_entry(event_type=EventType.ADVICE))
     assert caught.value.retryable is False
     store.close()
+
+
+def test_stores_opening_a_new_sqlite_file_at_once_all_succeed(tmp_path) -> None:
+    """The switch to WAL ignores SQLite's busy timeout; racing openers must still all get through."""
+    for round_ in range(30):
+        url = f"sqlite:///{tmp_path / str(round_) / 'audit.db'}"
+        stores = [AuditStore(url) for _ in range(8)]
+        barrier = threading.Barrier(len(stores))
+        errors: list[BaseException] = []
+
+        def run(store: AuditStore) -> None:
+            barrier.wait()
+            try:
+                store.migrate()
+            except BaseException as exc:  # collected and asserted below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(s,)) for s in stores]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert errors == []
+        engine = sa.create_engine(url)
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        engine.dispose()
+        for s in stores:
+            s.close()
