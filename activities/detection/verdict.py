@@ -373,6 +373,8 @@ class _Builder:
         exc = sig.fields.get("exc_type", "")
         message = sig.fields.get("message", "") or ""
         short = exc.rsplit(".", 1)[-1]
+        if not short[:1].isupper():
+            return None  # "socket.error: ..." style lowercase names are not raised exception classes
         if message and _NUMERIC_MESSAGE.match(message):
             return None  # "ValError: 0.12" is a metric, not an exception
         key = (ctx.host, ctx.task, ctx.rank)
