@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -122,8 +123,11 @@ async def test_temporal_server_restart_mid_recovery(tmp_path: Path, scenario: Sc
 class PrivateMariaDB:
     """A MariaDB server of the test's own (own datadir and port), so stopping it disturbs nobody."""
 
-    def __init__(self, root: Path) -> None:
-        self.datadir = root / "data"
+    def __init__(self) -> None:
+        # mariadbd runs as the mysql user, who cannot enter pytest's private tmp_path
+        self.root = Path(tempfile.mkdtemp(prefix="jobmedic-mariadb-"))
+        shutil.chown(self.root, "mysql", "mysql")
+        self.datadir = self.root / "data"
         self.port = _free_port()
         self.proc: subprocess.Popen | None = None
 
@@ -135,15 +139,15 @@ class PrivateMariaDB:
         installer = shutil.which("mariadb-install-db") or shutil.which("mysql_install_db")
         assert installer, "mariadb-install-db is missing (deploy/up.sh mysql installs mariadb-server)"
         subprocess.run(
-            [installer, f"--datadir={self.datadir}", "--user=root", "--auth-root-authentication-method=normal",
-             "--skip-test-db"], check=True, capture_output=True, timeout=120,
+            [installer, f"--datadir={self.datadir}", "--user=mysql", "--skip-test-db"],
+            check=True, capture_output=True, timeout=120,
         )
 
     def start(self) -> None:
-        log = open(self.datadir.parent / "mariadb.log", "ab")
+        log = open(self.root / "mariadb.log", "ab")
         self.proc = subprocess.Popen(
             ["mariadbd", f"--datadir={self.datadir}", f"--port={self.port}", "--bind-address=127.0.0.1",
-             f"--socket={self.datadir}/mysqld.sock", f"--pid-file={self.datadir}/mysqld.pid", "--user=root",
+             f"--socket={self.datadir}/mysqld.sock", f"--pid-file={self.datadir}/mysqld.pid", "--user=mysql",
              "--skip-grant-tables", "--skip-log-bin"],
             stdout=subprocess.DEVNULL, stderr=log,
         )
@@ -172,12 +176,16 @@ class PrivateMariaDB:
             self.proc.terminate()
             self.proc.wait(timeout=60)
 
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
 
 @pytest.mark.mysql
 async def test_mysql_down_for_30s_mid_recovery_loses_no_audit_event(
     tmp_path: Path, scenario: Scenario, worker: WorkerProcess, mysql_url: str
 ) -> None:
-    db = PrivateMariaDB(tmp_path / "mariadb")
+    db = PrivateMariaDB()
     db.install()
     db.start()
     scenario.audit_url = db.url
@@ -195,4 +203,4 @@ async def test_mysql_down_for_30s_mid_recovery_loses_no_audit_event(
         _assert_each_step_once(scenario, job_id)
     finally:
         worker.stop()
-        db.stop()
+        db.remove()
