@@ -28,6 +28,9 @@ from adapters.audit.tables import audit_table
 from workflows.contracts import AuditEntry, EventType
 
 DEFAULT_LIMIT = 10_000
+# MySQL: 1213 deadlock, 1205 lock wait timeout; the statement's transaction was rolled back
+_DEADLOCK_CODES = {1205, 1213}
+_DEADLOCK_ATTEMPTS = 3
 # bound on the number of bound parameters in one `IN (...)` (SQLite allows 32766, MySQL more)
 _KEY_CHUNK = 500
 
@@ -39,6 +42,11 @@ class AuditRecord:
     id: int
     entry: AuditEntry
     recorded_at: datetime | None
+
+
+def _is_deadlock(exc: sa_exc.DBAPIError) -> bool:
+    args = getattr(exc.orig, "args", ())
+    return bool(args) and args[0] in _DEADLOCK_CODES
 
 
 class AuditStore:
@@ -122,15 +130,23 @@ class AuditStore:
         self._ensure_schema()
         row = entry_to_row(entry, recorded_at=datetime.now(UTC))
         with self._errors("recording an audit entry"):
-            try:
-                with self._engine.begin() as conn:
-                    conn.execute(self._table.insert(), row)
-            except sa_exc.IntegrityError:
-                # a plain INSERT against the unique key: the only integrity error expected is the key itself
-                if self._already_there(row):
-                    return False
-                raise
-            return True
+            attempt = 0
+            while True:
+                attempt += 1
+                try:
+                    with self._engine.begin() as conn:
+                        conn.execute(self._table.insert(), row)
+                    return True
+                except sa_exc.IntegrityError:
+                    # a plain INSERT against the unique key: the only integrity error expected is the key itself
+                    if self._already_there(row):
+                        return False
+                    raise
+                except sa_exc.OperationalError as exc:
+                    # InnoDB may pick one of two inserts of the same key as a deadlock victim; the
+                    # victim's transaction was rolled back whole, so trying again is safe
+                    if not _is_deadlock(exc) or attempt >= _DEADLOCK_ATTEMPTS:
+                        raise
 
     def record_many(self, entries: Iterable[AuditEntry]) -> list[bool]:
         """Write several entries in one transaction; per entry, True when written now.
@@ -162,6 +178,10 @@ class AuditStore:
             except sa_exc.IntegrityError:
                 # another writer stored some of these keys between our check and our insert
                 logger.debug("audit batch raced another writer; writing its {} entries one by one", len(entries))
+            except sa_exc.OperationalError as exc:
+                if not _is_deadlock(exc):
+                    raise
+                logger.debug("audit batch was a deadlock victim; writing its {} entries one by one", len(entries))
         return [self.record(e) for e in entries]
 
     def _stored_keys(self, conn: sa.Connection, keys: Sequence[str]) -> set[str]:
