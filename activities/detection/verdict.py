@@ -133,6 +133,10 @@ _HOST_PREFIX = re.compile(r"^([A-Za-z][A-Za-z0-9._-]{0,62}): ")
 _TEE_PREFIX = re.compile(r"^\[(?:default|[a-z_]{1,20})([0-9]{1,4})\]:")  # torchrun --tee: [default3]:
 _RAY_PREFIX = re.compile(r"^\([A-Za-z_]{0,40} ?pid=[0-9]{1,8}, ip=([0-9A-Fa-f.:]{3,45})\) ")
 _KUBECTL_PREFIX = re.compile(r"^\[pod/([A-Za-z0-9._-]{1,253})/[A-Za-z0-9._-]{1,63}\] ")
+# an epilog or pdsh dump without the colon: "gpu-c21 [Mon Dec  2 11:00:00 2024] NVRM: ..."
+_HOST_DMESG_PREFIX = re.compile(
+    r"^([A-Za-z][A-Za-z0-9._-]{0,62}) (?=\[(?: {0,6}[0-9]{1,8}\.[0-9]{1,9}|[A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9][0-9] [0-9:]{8} [0-9]{4})\] )"
+)
 _COMPOSE_PREFIX = re.compile(r"^([A-Za-z][A-Za-z0-9._-]{0,62}) +\| ")
 _NCCL_PREFIX = re.compile(
     r"(?:^|[\s\]:>])([A-Za-z0-9][A-Za-z0-9._-]{0,62}):[0-9]{1,8}:[0-9]{1,8} \[([0-9]{1,3})\] NCCL "
@@ -193,7 +197,7 @@ def parse_context(line: str, *, known_hosts: frozenset[str] = frozenset()) -> Li
             ctx.task = int(m.group(1)) if ctx.task is None else ctx.task
             text = text[m.end():]
             continue
-        m = _HOST_PREFIX.match(text) or _COMPOSE_PREFIX.match(text)
+        m = _HOST_PREFIX.match(text) or _COMPOSE_PREFIX.match(text) or _HOST_DMESG_PREFIX.match(text)
         if m and _host_like(m.group(1), known_hosts):
             ctx.host = ctx.host or m.group(1)
             text = text[m.end():]

@@ -234,6 +234,8 @@ def test_line_prefixes_name_hosts_and_ranks():
     assert parse_context("(RayTrainWorker pid=4411, ip=10.2.0.17) boom").host == "10.2.0.17"
     assert parse_context("[pod/llama-worker-3/pytorch] boom").host == "llama-worker-3"
     assert parse_context("worker-7   | boom").host == "worker-7"
+    ctx = parse_context("gpu-c21 [Mon Dec  2 11:00:00 2024] NVRM: Xid (PCI:0000:bb:00): 62, pid=1")
+    assert ctx.host == "gpu-c21" and ctx.text.startswith("NVRM")
     assert parse_context("RuntimeError: boom").host is None
     assert parse_context("Epoch3: loss 1.0").host is None
 
