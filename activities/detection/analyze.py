@@ -8,6 +8,7 @@ Lines longer than `MAX_LINE_BYTES` are screened in pieces and never held whole.
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,14 +141,23 @@ def analyze_file(
     job: JobInfo | None = None,
     catalogue: Catalogue | None = None,
 ) -> tuple[Verdict, FileScan]:
-    """Screen one file and attribute it. Raises OSError when the file cannot be read."""
+    """Screen one file (`-` is standard input) and attribute it. Raises OSError when it cannot be read."""
     catalogue = catalogue or load_catalogue()
-    with open(path, "rb") as stream:
-        scan = scan_stream(stream, catalogue=catalogue)
+    if str(path) == "-":
+        scan = scan_stream(sys.stdin.buffer, catalogue=catalogue)
+    else:
+        with open(path, "rb") as stream:
+            scan = scan_stream(stream, catalogue=catalogue)
+    return attribute_scan(scan, layout=layout, job=job, catalogue=catalogue), scan
+
+
+def attribute_scan(
+    scan: FileScan, *, layout: TaskLayout | None = None, job: JobInfo | None = None, catalogue: Catalogue | None = None
+) -> Verdict:
+    """The verdict for what a streaming pass kept."""
     evidence = evidence_for(scan, layout=layout, job=job)
     numbered = sorted(scan.lines.items())
-    verdict = attribute_lines(evidence, numbered, catalogue=catalogue, hits=scan.hits)
-    return verdict, scan
+    return attribute_lines(evidence, numbered, catalogue=catalogue, hits=scan.hits)
 
 
 def evidence_for(scan: FileScan, *, layout: TaskLayout | None = None, job: JobInfo | None = None) -> JobEvidence:

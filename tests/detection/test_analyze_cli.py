@@ -35,6 +35,14 @@ def test_json_one_object_per_file():
     assert records[1]["category"] == "none"
 
 
+def test_standard_input_is_a_path():
+    data = (CORPUS / "data_io_01.log").read_bytes()
+    proc = subprocess.run([sys.executable, "-m", "workers.cli", "analyze", "--json", "-"], input=data, capture_output=True,
+                          cwd=ROOT, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["category"] == "data_io"
+
+
 def test_missing_file_is_reported_and_the_others_still_analysed(tmp_path):
     good = CORPUS / "host_oom_00.log"
     proc = run("--json", str(tmp_path / "missing.log"), str(good))

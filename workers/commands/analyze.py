@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "category, fault domain, implicated hosts/ranks/GPUs, confidence, evidence and explanation."
         ),
     )
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="log files to analyse")
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="log files to analyse (- reads standard input)")
     parser.add_argument("--json", action="store_true", help="one JSON object per file per line")
     parser.add_argument(
         "--layout",
