@@ -190,7 +190,9 @@ def test_stores_opening_a_new_sqlite_file_at_once_all_succeed(tmp_path) -> None:
         barrier = threading.Barrier(len(stores))
         errors: list[BaseException] = []
 
-        def run(store: AuditStore) -> None:
+        def run(
+            store: AuditStore, barrier: threading.Barrier = barrier, errors: list[BaseException] = errors
+        ) -> None:
             barrier.wait()
             try:
                 store.migrate()
