@@ -254,7 +254,8 @@ class Signal:
         return self.severity in {"fatal", "error"}
 
 
-_GENERIC = {"python_exception", "cuda_error_generic", "nccl_error_generic", "connection_reset_generic"}
+_EXCEPTION_PATTERNS = {"python_exception", "python_exception_qualified"}
+_GENERIC = _EXCEPTION_PATTERNS | {"cuda_error_generic", "nccl_error_generic", "connection_reset_generic"}
 _STRUCTURE = {"python_traceback", "elastic_failure_field"}
 # exception types that report a failure elsewhere rather than being one
 _SYMPTOM_EXCEPTIONS = {
@@ -321,8 +322,10 @@ class _Builder:
         specific = [s for s in specs if s.id not in _GENERIC and s.id not in _STRUCTURE]
         if specific:
             specs = [s for s in specs if s.id not in _GENERIC]
-        elif any(s.id != "python_exception" for s in specs if s.id in _GENERIC):
-            specs = [s for s in specs if s.id != "python_exception"]
+        elif any(s.id not in _EXCEPTION_PATTERNS for s in specs if s.id in _GENERIC):
+            specs = [s for s in specs if s.id not in _EXCEPTION_PATTERNS]
+        if "python_exception" in {s.id for s in specs}:
+            specs = [s for s in specs if s.id != "python_exception_qualified"]  # one exception, one signal
         for spec in specs:
             if spec.id == "python_traceback":
                 self.tracebacks[key] = line_no
@@ -362,7 +365,7 @@ class _Builder:
             sig.category, sig.fault_domain = _cat(info.category), FaultDomain(info.fault_domain)
             sig.severity, sig.condemns = info.severity, info.condemns
             sig.note = f"Xid {info.code} ({info.name}): {info.meaning}; action: {info.action}"
-        elif spec.id == "python_exception":
+        elif spec.id in _EXCEPTION_PATTERNS:
             return self._exception(sig, ctx, line_no)
         elif spec.id == "srun_task_exit_code" and fields.get("exit_code") == str(self._dnr_code()):
             sig.role, sig.severity = "cause", "fatal"
@@ -699,7 +702,7 @@ _AMBIGUOUS_PATTERNS = {
 def _ambiguous(s: Signal) -> bool:
     if s.pattern_id in _AMBIGUOUS_PATTERNS:
         return True
-    return s.pattern_id == "python_exception" and s.role == "symptom"
+    return s.pattern_id in _EXCEPTION_PATTERNS and s.role == "symptom"
 
 
 def _hang_fact(evidence: JobEvidence) -> Signal:
@@ -716,10 +719,10 @@ def _hang_fact(evidence: JobEvidence) -> Signal:
 
 
 def _superseded(s: Signal, others: list[Signal]) -> bool:
-    if s.pattern_id != "python_exception" or s.line_no is None:
+    if s.pattern_id not in _EXCEPTION_PATTERNS or s.line_no is None:
         return False
     return any(
-        t.pattern_id != "python_exception" and t.line_no is not None and 0 < t.line_no - s.line_no <= 40
+        t.pattern_id not in _EXCEPTION_PATTERNS and t.line_no is not None and 0 < t.line_no - s.line_no <= 40
         and (t.host, t.task, t.rank) == (s.host, s.task, s.rank)
         for t in others
     )
@@ -812,7 +815,7 @@ def normalise_error_text(text: str, *, hosts: Iterable[str] = ()) -> str:
 def _signature(category: Category, primary: Signal | None, hosts: Iterable[str]) -> str | None:
     if category not in _SIGNED or primary is None:
         return None
-    text = primary.note if primary.pattern_id == "python_exception" and primary.note else (primary.text or primary.line)
+    text = primary.note if primary.pattern_id in _EXCEPTION_PATTERNS and primary.note else (primary.text or primary.line)
     norm = normalise_error_text(text, hosts=hosts)
     if not norm:
         return None
@@ -946,7 +949,7 @@ def _primary(cat: Category, sigs: list[Signal], b: _Builder) -> Signal | None:
         return None
     if cat == Category.APP_ERROR:
         # the last exception of the first process that failed is what it died of
-        exceptions = [s for s in sigs if s.pattern_id == "python_exception" and s.role == "cause"]
+        exceptions = [s for s in sigs if s.pattern_id in _EXCEPTION_PATTERNS and s.role == "cause"]
         if exceptions:
             by_source: dict[tuple, Signal] = {}
             for s in exceptions:

@@ -276,3 +276,12 @@ def test_watchdog_timeouts_outrank_a_stuck_watchdog():
              "monitoring enqueued collectives.")
     assert verdict([stuck]).category == Category.HANG
     assert verdict([stuck, watchdog(1), watchdog(2)]).category == Category.NCCL_TIMEOUT
+
+
+def test_launch_and_naming_failures():
+    assert verdict(["Traceback (most recent call last):",
+                    "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:"]).category == Category.APP_ERROR
+    assert verdict(["/var/spool/slurmd/job1/slurm_script: line 5: torchrun: command not found"]).category == Category.APP_ERROR
+    assert verdict(["RuntimeError: CUDA error: invalid device ordinal"]).category == Category.APP_ERROR
+    assert verdict(["socket.gaierror: [Errno -2] Name or service not known"]).category == Category.INTERCONNECT
+    assert verdict(["main.Config: loaded 12 keys"]).category == Category.NONE  # no traceback, job not failed
