@@ -29,7 +29,7 @@ LOG_WINDOW_BYTES = 2 * 1024 * 1024
 
 
 class SlurmPort(Protocol):
-    async def get_job(self, job_id: str) -> JobInfo: ...
+    async def job_for_key(self, key: JobKey) -> JobInfo: ...
     async def list_nodes(self) -> list[NodeInfo]: ...
     async def requeue_hold(self, key: JobKey, *, expected_restarts: int | None = None) -> ActionResult: ...
     async def set_excluded_nodes(self, key: JobKey, nodes: list[str]) -> ActionResult: ...
@@ -146,7 +146,7 @@ class SchedulerActivities:
     # ------------------------------------------------------------------ helpers
 
     async def _checked_job(self, key: JobKey) -> JobInfo:
-        job = await self._slurm.get_job(key.job_id)
+        job = await self._slurm.job_for_key(key)  # refuses a recycled job id
         job.cluster = key.cluster
         return job
 

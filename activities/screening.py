@@ -29,6 +29,7 @@ class LogScreen:
         from activities.detection.verdict import screener_for
 
         catalogue = load_catalogue()
+        self._catalogue = catalogue
         self._patterns = {p.id: p for p in catalogue.patterns}
         # the same compiled screener the attribution uses (compiling it takes seconds)
         self._screener = screener_for(catalogue)
@@ -42,7 +43,9 @@ class LogScreen:
         hits = []
         for hit in result.hits:
             spec = self._patterns.get(hit.pattern_id)
-            if spec is None or getattr(spec, "benign", False) or getattr(spec, "severity", "error") not in SIGNAL_SEVERITIES:
+            if spec is None or spec.benign or spec.severity not in SIGNAL_SEVERITIES:
+                continue
+            if self._catalogue.benign_line(hit.line):  # a known harmless look-alike on the same line
                 continue
             hits.append(EvidenceLine(source="log", line=hit.line[:2000], line_no=hit.line_no, pattern_id=hit.pattern_id))
         samples = sorted([*result.progress, *result.checkpoints], key=lambda s: s.line_no or 0)

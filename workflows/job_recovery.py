@@ -402,11 +402,8 @@ class JobRecoveryWorkflow:
             systemic=systemic,
             max_attempts_override=self._inp.opt_in.max_attempts,
         )
-        if incident == "slurm_requeue" and advice.action in {
-            AdviceAction.RESTART,
-            AdviceAction.RESTART_EXCLUDE,
-            AdviceAction.RESTART_DRAIN,
-        }:
+        restart = advice.action in {AdviceAction.RESTART, AdviceAction.RESTART_EXCLUDE, AdviceAction.RESTART_DRAIN}
+        if incident == "slurm_requeue" and (restart or advice.action is AdviceAction.NOTHING):
             # Slurm already requeued the job: never requeue it a second time; keep only the exclusion
             advice = advice.model_copy(
                 update={
@@ -414,6 +411,16 @@ class JobRecoveryWorkflow:
                     "rule": f"{advice.rule}+slurm_requeued",
                     "reason": f"Slurm requeued the job itself; {advice.reason}",
                 }
+            )
+        elif restart and job.requeue_allowed is False:
+            nodes = ", ".join(advice.exclude_nodes)
+            advice = Advice(
+                action=AdviceAction.STOP,
+                rule=f"{advice.rule}+requeue_not_allowed",
+                reason=(
+                    f"{advice.reason}; but the job was submitted with --no-requeue, so Slurm will not requeue it: "
+                    "resubmit it" + (f" with --exclude={nodes}" if nodes else "")
+                ),
             )
         return advice
 

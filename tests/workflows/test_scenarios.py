@@ -6,6 +6,7 @@ attempt) and checks what Slurm and the audit trail show afterwards.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -166,3 +167,79 @@ async def test_pause_resume_and_stop_signals(scenario: Scenario, worker: WorkerP
     assert scenario.cli("stop", job_id).returncode == 0
     await wait_for(lambda: EventType.STOPPED in scenario.kinds(job_id), timeout=30, what="stopped entry")
     assert _state(job_id) == ("FAILED", 0)
+
+
+async def test_watchdog_releases_the_job_when_attribution_never_answers(
+    scenario: Scenario, worker: WorkerProcess
+) -> None:
+    """An external attribution service that accepts the request and never answers: fail open within the deadline."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)  # connections are accepted by the kernel and never served
+    try:
+        scenario.attribution_url = f"http://127.0.0.1:{listener.getsockname()[1]}/verdict"
+        scenario.watchdog = {"decision_deadline_s": 8.0}
+        worker.start()
+        job_id = _submit(scenario, plan="xid,ok")
+        dog = await wait_for(
+            lambda: [e for e in scenario.entries(job_id) if e.event_type is EventType.WATCHDOG], timeout=120,
+            what="a watchdog entry",
+        )
+        detection = [e for e in scenario.entries(job_id) if e.event_type is EventType.DETECTION][0]
+        assert "released" in dog[0].outcome and dog[0].action == "release"
+        assert (dog[0].timestamp - detection.timestamp).total_seconds() < 8.0 + 5.0
+        assert EventType.ADVICE not in scenario.kinds(job_id)
+        # released to normal scheduling: Slurm runs it again and it completes
+        await wait_for(lambda: _state(job_id)[0] == "COMPLETED", timeout=120, what="job completed after release")
+    finally:
+        listener.close()
+
+
+async def test_dead_node_under_a_requeue_job_is_left_to_slurm(scenario: Scenario, worker: WorkerProcess, slurm_cluster) -> None:
+    worker.start()
+    job_id = _submit(scenario, plan="ok", iterations=400, requeue=True)
+    await wait_for(lambda: _state(job_id)[0] == "RUNNING", timeout=60, what="RUNNING")
+    await wait_for(lambda: EventType.CHECKPOINT_SAVED in scenario.kinds(job_id), timeout=60, what="first checkpoint")
+    victim = scontrol_job(job_id)["BatchHost"]
+    subprocess.run([str(slurm_cluster.node_ctl), "kill", victim], check=True, capture_output=True, timeout=30)
+    try:
+        # Slurm notices the dead node, requeues the job itself (restart 1) and runs it elsewhere
+        await wait_for(lambda: _state(job_id) == ("RUNNING", 1), timeout=120, what="Slurm's own requeue")
+        advice = await wait_for(
+            lambda: [e for e in scenario.entries(job_id) if e.event_type is EventType.ADVICE], timeout=60,
+            what="advice on the Slurm requeue",
+        )
+        assert advice[0].action == "leave_to_slurm" and advice[0].rule.endswith("slurm_requeued"), advice[0]
+        await asyncio.sleep(5)
+        assert _state(job_id)[1] == 1  # jobmedic never requeued it a second time
+        assert EventType.ACTION_REQUESTED not in scenario.kinds(job_id) or all(
+            e.action != "requeue_hold" for e in scenario.entries(job_id) if e.event_type is EventType.ACTION_REQUESTED
+        )
+    finally:
+        subprocess.run([str(slurm_cluster.node_ctl), "start", victim], capture_output=True, timeout=30)
+
+
+async def test_dead_node_under_a_no_requeue_job_is_blamed_and_not_requeued(
+    scenario: Scenario, worker: WorkerProcess, slurm_cluster
+) -> None:
+    """Slurm refuses to requeue a `--no-requeue` job: jobmedic blames the node and stops, it does not fight Slurm."""
+    worker.start()
+    job_id = _submit(scenario, plan="ok", iterations=300, requeue=False)
+    await wait_for(lambda: EventType.CHECKPOINT_SAVED in scenario.kinds(job_id), timeout=60, what="first checkpoint")
+    victim = scontrol_job(job_id)["BatchHost"]
+    subprocess.run([str(slurm_cluster.node_ctl), "kill", victim], check=True, capture_output=True, timeout=30)
+    try:
+        advice = await wait_for(
+            lambda: [e for e in scenario.entries(job_id) if e.event_type is EventType.ADVICE], timeout=120,
+            what="advice on NODE_FAIL",
+        )
+        assert advice[0].category == "node_failure" and victim in advice[0].implicated_nodes, advice[0]
+        assert advice[0].action == "stop" and advice[0].rule.endswith("requeue_not_allowed")
+        assert f"--exclude={victim}" in advice[0].outcome
+        await wait_for(lambda: EventType.STOPPED in scenario.kinds(job_id), timeout=60, what="stopped entry")
+        assert EventType.WATCHDOG not in scenario.kinds(job_id)
+        assert _state(job_id) == ("NODE_FAIL", 0)
+    finally:
+        subprocess.run([str(slurm_cluster.node_ctl), "start", victim], capture_output=True, timeout=30)
