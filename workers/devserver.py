@@ -61,12 +61,14 @@ def dev_server_args(*, db_file: Path, address: str, ui_port: int) -> list[str]:
     return args
 
 
-def start_dev_server(*, data_dir: Path, address: str, ui_port: int = 8233, timeout_s: float = 60) -> subprocess.Popen:
+def start_dev_server(
+    *, data_dir: Path, address: str, ui_port: int = 8233, timeout_s: float = 60, extra_args: list[str] | None = None
+) -> subprocess.Popen:
     """Start the dev server with a SQLite file under `data_dir`; returns once it accepts connections."""
     data_dir.mkdir(parents=True, exist_ok=True)
     with open(data_dir / "temporal-dev.log", "ab") as log:  # the server keeps its own descriptor
         proc = subprocess.Popen(
-            dev_server_args(db_file=data_dir / "temporal.db", address=address, ui_port=ui_port),
+            [*dev_server_args(db_file=data_dir / "temporal.db", address=address, ui_port=ui_port), *(extra_args or [])],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
     deadline = time.monotonic() + timeout_s

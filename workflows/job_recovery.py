@@ -172,8 +172,9 @@ class JobRecoveryWorkflow:
                 return self._finish()
             if workflow.info().is_continue_as_new_suggested() and not self._queue:
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                self._state.history = self._history.model_dump(mode="json")
-                workflow.continue_as_new(inp.model_copy(update={"carried_state": self._state}))
+                if not self._queue:  # an observation that came in meanwhile is handled here first
+                    self._state.history = self._history.model_dump(mode="json")
+                    workflow.continue_as_new(inp.model_copy(update={"carried_state": self._state}))
 
     def _finish(self) -> JobStatus:
         self._set_phase(Phase.DONE)

@@ -204,3 +204,32 @@ async def test_mysql_down_for_30s_mid_recovery_loses_no_audit_event(
     finally:
         worker.stop()
         db.remove()
+
+
+async def test_long_recovery_continues_as_new_and_keeps_its_state(
+    tmp_path: Path, scenario: Scenario, worker: WorkerProcess
+) -> None:
+    """With continue-as-new suggested after 40 events, a full recovery spans several runs and still completes."""
+    port, ui = _free_port(), _free_port()
+    address = f"127.0.0.1:{port}"
+    server = start_dev_server(
+        data_dir=tmp_path / "temporal", address=address, ui_port=ui,
+        extra_args=["--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=40"],
+    )
+    scenario.temporal_address = address
+    try:
+        worker.start()
+        job_id = submit_training(scenario.tmp / "job", environment=scenario.environment, plan="xid,ok", fail_at=20)
+        scenario.jobs.append(job_id)
+        await wait_for(lambda: _state(job_id) == ("COMPLETED", 1), timeout=180, what="completed after one restart")
+        await wait_for(lambda: EventType.COMPLETED in scenario.kinds(job_id), timeout=60, what="completed entry")
+        _assert_each_step_once(scenario, job_id)
+        client = await Client.connect(address, data_converter=pydantic_data_converter)
+        runs = [wf async for wf in client.list_workflows(f"JobId = '{job_id}'")]
+        assert len(runs) >= 2, [r.status for r in runs]  # the history was handed over at least once
+        assert len({r.run_id for r in runs}) == len(runs)
+    finally:
+        worker.stop()
+        await terminate_cluster_workflows(address, scenario.cluster)
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
