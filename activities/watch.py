@@ -71,6 +71,8 @@ class WatchedJob(BaseModel):
     progress_reported_restarts: int = -1
     checkpoint_reported: int | None = None
     hang_reported: bool = False
+    rates: list[float] = Field(default_factory=list)  # training throughput per poll, newest last
+    straggler_reported: bool = False
     closed: bool = False
     last_seen: datetime | None = None
 
@@ -215,6 +217,8 @@ class WatchActivities:
             reasons.append(ObservationReason.RESTART_CHANGE)
             watched.hang_reported = False
             watched.progress_times = []
+            watched.rates = []
+            watched.straggler_reported = False
         watched.state = job.state.value
         watched.restarts = job.restarts
         watched.last_seen = now
@@ -252,6 +256,8 @@ class WatchActivities:
                     reasons.append(ObservationReason.HANG)
                 elif not hang:
                     watched.hang_reported = False
+        if job.state is JobState.RUNNING and self._straggling(watched):
+            reasons.append(ObservationReason.STRAGGLER)
         if not reasons:
             return None
         return JobObservation(
@@ -288,10 +294,25 @@ class WatchActivities:
                         if outcome.progress.iteration is not None:
                             watched.progress_at = now
                             watched.progress_times = (watched.progress_times + [now.timestamp()])[-64:]
+                        rate = _rate(outcome.progress)
+                        if rate is not None:
+                            watched.rates = (watched.rates + [rate])[-64:]
                 if not chunk.more:
                     break
             watched.cursors[path] = cursor
         return hits[-50:]
+
+    def _straggling(self, watched: WatchedJob) -> bool:
+        """True once per episode of sustained throughput drop against the job's own baseline."""
+        from activities.detection.straggler import detect_slowdown
+
+        slow = detect_slowdown(watched.rates)
+        if slow.sustained and not watched.straggler_reported:
+            watched.straggler_reported = True
+            return True
+        if not slow.sustained:
+            watched.straggler_reported = False
+        return False
 
     # ------------------------------------------------------------------ cluster-wide view
 
@@ -380,6 +401,14 @@ def _utc(value: datetime) -> datetime:
 
 def _intervals(times: list[float]) -> list[float]:
     return [b - a for a, b in zip(times, times[1:]) if b > a]
+
+
+def _rate(progress: Progress) -> float | None:
+    if progress.throughput is not None and progress.throughput > 0:
+        return progress.throughput
+    if progress.iter_time_s is not None and progress.iter_time_s > 0:
+        return 1.0 / progress.iter_time_s
+    return None
 
 
 def _merge_progress(old: Progress | None, new: Progress) -> Progress:

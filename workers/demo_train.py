@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         default="xid,ok",
         help="what each attempt does, comma separated (the last repeats): ok | xid (GPU lost on the second "
         "node) | app (the same Python error every time) | hang (stops logging, keeps running) | "
-        "early (transient NCCL error before the first checkpoint)",
+        "early (transient NCCL error before the first checkpoint) | slow (iterations 3x slower from --fail-at on)",
     )
     args = parser.parse_args(argv)
 
@@ -92,8 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         if todo == "hang" and it == fail_at:
             log(f"[demo] (hanging at iteration {it}: no more output)")
             time.sleep(3600)
-        time.sleep(args.iteration_seconds)
-        elapsed_ms = args.iteration_seconds * 1000 * (1.0 + 0.02 * (it % 3))
+        slowdown = 3.0 if todo == "slow" and it >= fail_at else 1.0
+        time.sleep(args.iteration_seconds * slowdown)
+        elapsed_ms = args.iteration_seconds * slowdown * 1000 * (1.0 + 0.02 * (it % 3))
         loss = 10.0 / (1 + it * 0.05)
         log(
             f" [{datetime.now():%Y-%m-%d %H:%M:%S}] iteration {it:8d}/{args.iterations:8d} | consumed samples: "

@@ -201,6 +201,16 @@ class JobRecoveryWorkflow:
             stop = await self._recover(obs, incident)
             if stop:
                 return True
+        elif ObservationReason.STRAGGLER in obs.reasons:
+            # recorded for the operator; a slow job is not restarted on this evidence alone
+            await self._audit(
+                EventType.DETECTION,
+                job=job,
+                outcome="straggler: sustained throughput drop against the job's own baseline",
+                implicated=obs.straggler_hosts,
+                key_suffix=f"straggler-{obs.seq}",
+                detail={"incident": "straggler", "observed_at": _iso(obs.at)},
+            )
         elif ObservationReason.GONE in obs.reasons:
             await self._audit(EventType.STOPPED, job=job, outcome="job left the scheduler", key_suffix="gone")
             return True

@@ -243,3 +243,17 @@ async def test_dead_node_under_a_no_requeue_job_is_blamed_and_not_requeued(
         assert _state(job_id) == ("NODE_FAIL", 0)
     finally:
         subprocess.run([str(slurm_cluster.node_ctl), "start", victim], capture_output=True, timeout=30)
+
+
+async def test_sustained_slowdown_is_reported_as_a_straggler(scenario: Scenario, worker: WorkerProcess) -> None:
+    worker.start()
+    job_id = _submit(scenario, plan="slow", iterations=160, fail_at=90, iteration_seconds=0.1)
+    found = await wait_for(
+        lambda: [e for e in scenario.entries(job_id)
+                 if e.event_type is EventType.DETECTION and (e.detail or {}).get("incident") == "straggler"],
+        timeout=120, what="a straggler detection",
+    )
+    assert found[0].timestamp is not None
+    # a slow job is reported, not restarted
+    assert EventType.ACTION_REQUESTED not in scenario.kinds(job_id)
+    await wait_for(lambda: _state(job_id) == ("COMPLETED", 0), timeout=120, what="job completed untouched")
