@@ -21,17 +21,23 @@ from datetime import datetime
 from typing import Any
 
 import httpx
-from loguru import logger
 from pydantic import SecretStr
 
 from adapters.errors import LogSourceError
 from adapters.logs.models import LogRecord
-from adapters.logs.stores import Direction, bearer_headers, check_label_name, quoted, records, to_ns
+from adapters.logs.stores import (
+    Direction,
+    Entry,
+    bearer_headers,
+    check_label_name,
+    page_through,
+    quoted,
+    records,
+    to_ns,
+)
 
 #: Loki refuses larger pages unless its operator raised max_entries_limit_per_query
 LOKI_MAX_PAGE = 5000
-
-_Key = tuple[int, tuple[tuple[str, str], ...], str]
 
 
 class LokiLogSource:
@@ -88,40 +94,19 @@ class LokiLogSource:
         self, job_id: str, *, start: datetime, end: datetime, limit: int, direction: Direction = "forward"
     ) -> list[LogRecord]:
         """At most `limit` entries of the job in [start, end), oldest first (see `JobLogStore`)."""
-        lo, hi = to_ns(start), to_ns(end)
         selector = self.selector(job_id)
-        found: list[tuple[int, LogRecord]] = []
-        seen: set[_Key] = set()  # entries at the current page boundary
         async with httpx.AsyncClient(timeout=self.timeout_s, headers=self._headers, transport=self._transport) as client:
-            while len(found) < limit and lo < hi:
-                page = min(self.page_size, limit - len(found) + len(seen))
-                params = {"query": selector, "start": str(lo), "end": str(hi), "limit": str(page), "direction": direction}
-                entries = await self._get(client, params)
-                fresh = [e for e in entries if e[0] not in seen]
-                for key, recs in fresh:
-                    found += [(key[0], rec) for rec in recs]
-                if len(entries) < page:
-                    break  # the window holds no more
-                boundary = entries[-1][0][0]
-                seen = {key for key, _ in entries if key[0] == boundary}
-                if direction == "forward":
-                    if boundary == lo and not fresh:
-                        logger.warning("Loki: more than {} entries share one timestamp; skipping past it", page)
-                        lo, seen = boundary + 1, set()
-                    else:
-                        lo = boundary
-                else:
-                    if boundary + 1 == hi and not fresh:
-                        logger.warning("Loki: more than {} entries share one timestamp; skipping past it", page)
-                        hi, seen = boundary, set()
-                    else:
-                        hi = boundary + 1  # end is exclusive: keep the boundary in the next page
-        found.sort(key=lambda item: item[0])  # stable: the order within one timestamp is kept
-        chosen = found[:limit] if direction == "forward" else found[-limit:] if limit > 0 else []
-        return [rec for _, rec in chosen]
 
-    async def _get(self, client: httpx.AsyncClient, params: dict[str, str]) -> list[tuple[_Key, list[LogRecord]]]:
-        """One page: its entries across streams in the order of `direction`, each with a dedupe key.
+            async def fetch(lo: int, hi: int, page: int) -> list[Entry]:
+                params = {"query": selector, "start": str(lo), "end": str(hi), "limit": str(page), "direction": direction}
+                return await self._get(client, params)
+
+            return await page_through(
+                fetch, lo=to_ns(start), hi=to_ns(end), limit=limit, page_size=self.page_size, direction=direction, store="Loki"
+            )
+
+    async def _get(self, client: httpx.AsyncClient, params: dict[str, str]) -> list[Entry]:
+        """One page: its entries across streams in the order of `direction`, each keyed (ns, labels, line) for dedupe.
 
         A multi-line entry (a stack trace pushed whole) gives several records under one key.
         """
@@ -137,7 +122,7 @@ class LokiLogSource:
             data = body["data"]
             if body.get("status") != "success" or data.get("resultType") != "streams":
                 raise LogSourceError(f"{where} answered status {body.get('status')!r}, resultType {data.get('resultType')!r}")
-            out: list[tuple[_Key, list[LogRecord]]] = []
+            out: list[Entry] = []
             for stream in data["result"]:
                 labels = {str(k): str(v) for k, v in (stream.get("stream") or {}).items()}
                 label_key = tuple(sorted(labels.items()))

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime, timedelta
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
+from loguru import logger
 from pydantic import SecretStr
 
 from adapters.errors import LogSourceError
@@ -88,3 +89,47 @@ def records(ns: int, entry: str, labels: dict[str, str], *, host_label: str, max
         LogRecord(timestamp=moment, line=clean_line(part, max_line_bytes=max_line_bytes)[0], host=host, labels=labels)
         for part in raw
     ]
+
+
+#: One store entry as fetched: a dedupe key whose first item is its time in ns, and its records.
+Entry = tuple[tuple[Any, ...], list[LogRecord]]
+
+
+class FetchPage(Protocol):
+    async def __call__(self, lo: int, hi: int, page: int) -> list[Entry]:
+        """At most `page` entries in [lo, hi) ns, in the order of the paging direction."""
+        ...
+
+
+async def page_through(
+    fetch: FetchPage, *, lo: int, hi: int, limit: int, page_size: int, direction: Direction, store: str
+) -> list[LogRecord]:
+    """At most `limit` records in [lo, hi) ns, oldest first, fetched a page at a time (as logcli does).
+
+    A full page moves `lo` (forward) or `hi` (backward) to the last time seen; entries
+    already returned at that time are dropped from the next page. A page holding only
+    such entries means more than a page shares one timestamp: it is skipped, with a warning.
+    """
+    found: list[tuple[int, LogRecord]] = []
+    seen: set[tuple[Any, ...]] = set()  # entries at the current page boundary
+    while len(found) < limit and lo < hi:
+        page = min(page_size, limit - len(found) + len(seen))
+        entries = await fetch(lo, hi, page)
+        fresh = [e for e in entries if e[0] not in seen]
+        for key, recs in fresh:
+            found += [(key[0], rec) for rec in recs]
+        if len(entries) < page:
+            break  # the window holds no more
+        boundary = entries[-1][0][0]
+        seen = {key for key, _ in entries if key[0] == boundary}
+        stuck = not fresh  # every entry of the page sits at the previous boundary
+        if stuck:
+            logger.warning("{}: more than {} entries share one timestamp; skipping past it", store, page)
+            seen = set()
+        if direction == "forward":
+            lo = boundary + 1 if stuck else boundary
+        else:
+            hi = boundary if stuck else boundary + 1  # hi is exclusive: keep the boundary in the next page
+    found.sort(key=lambda item: item[0])  # stable: the order within one timestamp is kept
+    chosen = found[:limit] if direction == "forward" else found[-limit:] if limit > 0 else []
+    return [rec for _, rec in chosen]

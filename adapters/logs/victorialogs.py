@@ -23,15 +23,16 @@ from datetime import datetime
 from typing import Any
 
 import httpx
-from loguru import logger
 from pydantic import SecretStr
 
 from adapters.errors import LogSourceError
 from adapters.logs.models import LogRecord
 from adapters.logs.stores import (
     Direction,
+    Entry,
     bearer_headers,
     check_label_name,
+    page_through,
     parse_rfc3339_ns,
     quoted,
     records,
@@ -40,8 +41,6 @@ from adapters.logs.stores import (
 )
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
-
-_Key = tuple[int, str, str]  # (_time in ns, _stream, _msg)
 
 
 class VictoriaLogsSource:
@@ -99,41 +98,31 @@ class VictoriaLogsSource:
         self, job_id: str, *, start: datetime, end: datetime, limit: int, direction: Direction = "forward"
     ) -> list[LogRecord]:
         """At most `limit` entries of the job in [start, end], oldest first (see `JobLogStore`)."""
-        lo, hi = to_ns(start), to_ns(end)
-        found: list[tuple[int, LogRecord]] = []
-        seen: set[_Key] = set()
-        got = 0
         async with httpx.AsyncClient(timeout=self.timeout_s, headers=self._headers, transport=self._transport) as client:
-            while got < limit and lo <= hi:
-                page = min(self.page_size, limit - got + len(seen))
-                form = {"query": self.filter(job_id), "start": rfc3339_ns(lo), "end": rfc3339_ns(hi)}
+
+            async def fetch(lo: int, hi: int, page: int) -> list[Entry]:
+                # VictoriaLogs' `end` is inclusive; the pager's `hi` is not
+                form = {"query": self.filter(job_id), "start": rfc3339_ns(lo), "end": rfc3339_ns(hi - 1)}
                 if direction == "forward":
                     form["query"] += f" | sort by (_time) | limit {page}"
                 else:
                     form["limit"] = str(page)
                 entries = await self._post(client, form)
                 entries.sort(key=lambda e: e[0][0], reverse=direction == "backward")
-                fresh = [e for e in entries if e[0] not in seen]
-                got += len(fresh)
-                for key, recs in fresh:
-                    found += [(key[0], rec) for rec in recs]
-                if len(entries) < page:
-                    break
-                boundary = entries[-1][0][0]
-                seen = {key for key, _ in entries if key[0] == boundary}
-                stuck = not fresh
-                if stuck:
-                    logger.warning("VictoriaLogs: more than {} entries share one timestamp; skipping past it", page)
-                    seen = set()
-                if direction == "forward":
-                    lo = boundary + 1 if stuck else boundary
-                else:
-                    hi = boundary - 1 if stuck else boundary
-        found.sort(key=lambda item: item[0])
-        chosen = found[:limit] if direction == "forward" else found[-limit:] if limit > 0 else []
-        return [rec for _, rec in chosen]
+                return entries
 
-    async def _post(self, client: httpx.AsyncClient, form: dict[str, str]) -> list[tuple[_Key, list[LogRecord]]]:
+            return await page_through(
+                fetch,
+                lo=to_ns(start),
+                hi=to_ns(end) + 1,
+                limit=limit,
+                page_size=self.page_size,
+                direction=direction,
+                store="VictoriaLogs",
+            )
+
+    async def _post(self, client: httpx.AsyncClient, form: dict[str, str]) -> list[Entry]:
+        """One page: its entries, each keyed (_time in ns, _stream, _msg) for dedupe."""
         where = f"VictoriaLogs at {self.url}"
         try:
             async with client.stream("POST", self.url + self.PATH, data=form) as response:
@@ -147,7 +136,7 @@ class VictoriaLogsSource:
                         raise LogSourceError(f"{where} answered more than {MAX_RESPONSE_BYTES} bytes for one page")
         except httpx.HTTPError as exc:
             raise LogSourceError(f"{where} did not answer ({type(exc).__name__}: {exc}); check logs.url") from exc
-        out: list[tuple[_Key, list[LogRecord]]] = []
+        out: list[Entry] = []
         for raw in bytes(body).splitlines():
             if not raw.strip():
                 continue
