@@ -16,7 +16,7 @@ import json
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 from loguru import logger
@@ -228,38 +228,14 @@ def check_outcome(o: DemoOutcome) -> None:
 
 
 def figures(o: DemoOutcome) -> dict[str, float | None]:
-    """Latencies from the audit trail: failure -> detection -> confirmed action -> running -> progress."""
+    """Latencies from the audit trail: failure -> detection -> confirmed action -> running -> progress.
 
-    def first(kind: EventType, action: str | None = None) -> AuditEntry | None:
-        return next((e for e in o.entries if e.event_type is kind and (action is None or e.action == action)), None)
+    Computed by `workers.report` (the same figures `jobmedic report` shows), for the first incident.
+    Slurm's EndTime has one-second resolution: the first figure is +-1 s.
+    """
+    from workers.report import first_recovery_figures
 
-    def at(entry: AuditEntry | None) -> datetime | None:
-        return entry.timestamp if entry else None
-
-    detection = first(EventType.DETECTION)
-    released = first(EventType.ACTION_CONFIRMED, "release")
-    # Slurm's EndTime has one-second resolution: this figure is +-1 s
-    failure_at = _parse_time((detection.detail or {}).get("failure_at")) if detection else None
-
-    def delta(a: datetime | None, b: datetime | None) -> float | None:
-        return round((b - a).total_seconds(), 2) if a and b else None
-
-    return {
-        "failure_to_detection_s": delta(failure_at, at(detection)),
-        "detection_to_action_confirmed_s": delta(at(detection), at(released)),
-        # as the watch saw it (it polls once a second in the demo)
-        "action_to_running_s": delta(at(released), at(first(EventType.ALLOCATION_RESTART))),
-        "action_to_progress_s": delta(at(released), at(first(EventType.PROGRESS_RESTORED))),
-    }
-
-
-def _parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    value = datetime.fromisoformat(text)
-    if value.tzinfo is None:
-        value = value.astimezone()  # Slurm prints the controller's local time
-    return value.astimezone(timezone.utc)
+    return first_recovery_figures(o.entries)
 
 
 def print_report(o: DemoOutcome, settings: Settings) -> None:

@@ -221,6 +221,8 @@ class Settings(BaseSettings):
     clusters: list[ClusterSettings] = Field(default_factory=lambda: [ClusterSettings()])
     # activity name -> seconds slept at its start: fault injection for crash-safety tests only
     fault_delays: dict[str, float] = Field(default_factory=dict)
+    # the worker serves Prometheus metrics about jobmedic itself on this port (every interface); None: not served
+    metrics_port: int | None = None
 
     @field_validator("clusters")
     @classmethod

@@ -185,8 +185,18 @@ async def run_worker(settings: Settings, client: Client, *, stop: asyncio.Event 
         ", ".join(f"{c.name} ({c.mode.value})" for c in settings.clusters),
     )
     stop = stop or asyncio.Event()
-    async with _running(workers):
-        await stop.wait()
+    metrics = None
+    if settings.metrics_port is not None:
+        from adapters.audit.factory import build_audit_store
+        from workers.metrics_server import start_metrics_server
+
+        metrics = await start_metrics_server(build_audit_store(settings), port=settings.metrics_port)
+    try:
+        async with _running(workers):
+            await stop.wait()
+    finally:
+        if metrics is not None:
+            await metrics.stop()
 
 
 class _running:
