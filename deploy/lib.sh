@@ -16,6 +16,15 @@ say() { printf '[%s %s] %s\n' "$SERVICE" "$(elapsed)" "$*"; }
 die() { printf '[%s %s] ERROR: %s\n' "$SERVICE" "$(elapsed)" "$*" >&2; exit 1; }
 alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
 pid_of() { if [ -s "$1" ]; then tr -dc '0-9' <"$1"; fi; }
+# stop_pid PID SECONDS -> SIGTERM, then SIGKILL if PID still lives after SECONDS; fails when it had to kill
+stop_pid() {
+    local pid=$1 _
+    kill -TERM "$pid" 2>/dev/null
+    for _ in $(seq $(($2 * 10))); do alive "$pid" || return 0; sleep 0.1; done
+    alive "$pid" || return 0
+    kill -KILL "$pid" 2>/dev/null
+    return 1
+}
 have() { command -v "$1" >/dev/null 2>&1; }
 # true when something accepts TCP connections on 127.0.0.1:$1 (bash's /dev/tcp: no extra tools)
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }

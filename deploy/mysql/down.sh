@@ -9,9 +9,7 @@ lock_service
 PIDFILE=$STACK/mysql/mariadbd.pid
 pid=$(pid_of "$PIDFILE")
 if alive "$pid"; then
-    kill -TERM "$pid"
-    for _ in $(seq 300); do alive "$pid" || break; sleep 0.1; done
-    alive "$pid" && kill -KILL "$pid"
+    stop_pid "$pid" 30
     say "stopped MariaDB (pid $pid)"
 else
     say "nothing to stop: deploy did not start the server on 127.0.0.1:3306"

@@ -17,13 +17,10 @@ esac
 
 pid=$(pid_of "$PIDFILE")
 if alive "$pid" && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "prometheus"; then
-    kill -TERM "$pid"
-    for _ in $(seq 100); do alive "$pid" || break; sleep 0.1; done
-    if alive "$pid"; then
-        kill -KILL "$pid"
-        say "prometheus (pid $pid) ignored SIGTERM for 10 s; killed"
-    else
+    if stop_pid "$pid" 10; then
         say "stopped prometheus (pid $pid)"
+    else
+        say "prometheus (pid $pid) ignored SIGTERM for 10 s; killed"
     fi
 else
     say "prometheus is not running (no live pid in $PIDFILE)"

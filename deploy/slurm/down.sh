@@ -56,8 +56,7 @@ if [ "${JOBMEDIC_SLURM_KEEP_MUNGE:-0}" != 1 ]; then
         [ -f "$marker" ] || continue
         p=$(pid_of /run/munge/munged.pid)
         if alive "$p"; then
-            kill -TERM "$p"
-            wait_gone "$p" || kill -KILL "$p"
+            stop_pid "$p" 10
             stopped+=("munged (pid $p)")
         fi
         rm -f "$marker"

@@ -9,8 +9,7 @@ lock_service
 D=$STACK/ssh
 pid=$(pid_of "$D/sshd.pid")
 if alive "$pid"; then
-    kill -TERM "$pid"
-    for _ in $(seq 50); do alive "$pid" || break; sleep 0.1; done
+    stop_pid "$pid" 5
     say "stopped sshd (pid $pid)"
 else
     say "was not running (no live pid in $D/sshd.pid)"

@@ -9,9 +9,7 @@ lock_service
 PIDFILE=$STACK/temporal/temporal.pid
 pid=$(pid_of "$PIDFILE")
 if alive "$pid"; then
-    kill -TERM "$pid"
-    for _ in $(seq 100); do alive "$pid" || break; sleep 0.1; done
-    alive "$pid" && kill -KILL "$pid"
+    stop_pid "$pid" 10
     say "stopped the dev server (pid $pid); history kept in $STACK/temporal/temporal.db"
 else
     say "was not running (no live pid in $PIDFILE)"
