@@ -12,18 +12,15 @@ Run: .venv/bin/python tests/corpus/generate_blind.py
 
 from __future__ import annotations
 
-import json
 import random
-import shutil
 from pathlib import Path
+
+from corpus_split import Split
 
 OUT = Path(__file__).with_name("blind")
 R = random.Random(31337)
-CASES: list[tuple[str, list[str], dict]] = []
-
-
-def case(name: str, lines: list[str], category: str, domain: str, hosts: list[str] | None = None, **ctx) -> None:
-    CASES.append((name, lines, {"category": category, "fault_domain": domain, "hosts": sorted(hosts or []), **ctx}))
+SPLIT = Split(OUT)
+case = SPLIT.case
 
 
 def tee(local: int, text: str) -> str:
@@ -309,13 +306,7 @@ case("host_oom_shm_bus_error", [
 
 
 def main() -> None:
-    if OUT.exists():
-        shutil.rmtree(OUT)
-    OUT.mkdir(parents=True)
-    for name, lines, side in CASES:
-        (OUT / f"{name}.log").write_text("\n".join(lines) + "\n")
-        (OUT / f"{name}.expected.json").write_text(json.dumps(side, indent=1) + "\n")
-    print(f"wrote {len(CASES)} cases to {OUT}")
+    SPLIT.write()
 
 
 if __name__ == "__main__":

@@ -10,18 +10,15 @@ Run: .venv/bin/python tests/corpus/generate_blind2.py
 
 from __future__ import annotations
 
-import json
 import random
-import shutil
 from pathlib import Path
+
+from corpus_split import Split
 
 OUT = Path(__file__).with_name("blind2")
 R = random.Random(90210)
-CASES: list[tuple[str, list[str], dict]] = []
-
-
-def case(name: str, lines: list[str], category: str, domain: str, hosts: list[str] | None = None, **ctx) -> None:
-    CASES.append((name, lines, {"category": category, "fault_domain": domain, "hosts": sorted(hosts or []), **ctx}))
+SPLIT = Split(OUT)
+case = SPLIT.case
 
 
 def titan(n: int, step: int = 100) -> list[str]:
@@ -219,13 +216,7 @@ case("hang_with_straggler", [*titan(60)], "hang", "unknown", ["gpu-c80"], hang_s
 
 
 def main() -> None:
-    if OUT.exists():
-        shutil.rmtree(OUT)
-    OUT.mkdir(parents=True)
-    for name, lines, side in CASES:
-        (OUT / f"{name}.log").write_text("\n".join(lines) + "\n")
-        (OUT / f"{name}.expected.json").write_text(json.dumps(side, indent=1) + "\n")
-    print(f"wrote {len(CASES)} cases to {OUT}")
+    SPLIT.write()
 
 
 if __name__ == "__main__":

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 from pathlib import Path
+
+from corpus_split import Split
 
 OUT = Path(__file__).with_name("holdout")
 R = random.Random(777)
@@ -50,11 +51,8 @@ def nccl(host: str, rank: int, text: str) -> str:
     return f"{host}:{R.randint(2000, 60000)}:{R.randint(2000, 60000)} [{rank % 8}] NCCL {text}"
 
 
-CASES: list[tuple[str, list[str], dict]] = []
-
-
-def case(name: str, lines: list[str], category: str, domain: str, hosts: list[str] | None = None, **ctx) -> None:
-    CASES.append((name, lines, {"category": category, "fault_domain": domain, "hosts": sorted(hosts or []), **ctx}))
+SPLIT = Split(OUT)
+case = SPLIT.case
 
 
 # ------------------------------------------------------------------------------------- benign
@@ -386,13 +384,7 @@ case("host_oom_memcg_json", [
 
 
 def main() -> None:
-    if OUT.exists():
-        shutil.rmtree(OUT)
-    OUT.mkdir(parents=True)
-    for name, lines, side in CASES:
-        (OUT / f"{name}.log").write_text("\n".join(lines) + "\n")
-        (OUT / f"{name}.expected.json").write_text(json.dumps(side, indent=1) + "\n")
-    print(f"wrote {len(CASES)} cases to {OUT}")
+    SPLIT.write()
 
 
 if __name__ == "__main__":

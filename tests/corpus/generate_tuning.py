@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 from pathlib import Path
+
+from corpus_split import expected as exp
+from corpus_split import start_afresh, write_case
 
 OUT = Path(__file__).with_name("tuning")
 
@@ -226,15 +228,7 @@ class Case:
         self.lines.append("srun: Job step aborted: Waiting up to 32 seconds for job step to finish.")
 
     def write(self, name: str, expected: dict) -> None:
-        OUT.mkdir(parents=True, exist_ok=True)
-        (OUT / f"{name}.log").write_text("\n".join(self.lines) + "\n")
-        side = dict(self.sidecar)
-        side.update(expected)
-        (OUT / f"{name}.expected.json").write_text(json.dumps(side, indent=1) + "\n")
-
-
-def exp(category: str, domain: str, hosts: list[str] | None = None) -> dict:
-    return {"category": category, "fault_domain": domain, "hosts": sorted(hosts or [])}
+        write_case(OUT, name, self.lines, {**self.sidecar, **expected})
 
 
 # ============================================================================ scenarios
@@ -705,8 +699,7 @@ SCENARIOS = [
 
 
 def main() -> None:
-    if OUT.exists():
-        shutil.rmtree(OUT)
+    start_afresh(OUT)
     rng = random.Random(20240501)
     for fn, count in SCENARIOS:
         for i in range(count):
