@@ -56,6 +56,22 @@ class Sshd:
     known_hosts: Path  # lists the real host key for [host]:port
     wrong_known_hosts: Path  # lists a different key for the same [host]:port
 
+    def connect(self, *, known_hosts: Path | None = None, **options: Any) -> Any:
+        """`asyncssh.connect` to this sshd with its client key, checking `known_hosts` (default: the real
+        key); no agent and no ~/.ssh/config, so the machine's own settings cannot change a test."""
+        import asyncssh  # only the tests that talk SSH pay for the import
+
+        return asyncssh.connect(
+            self.host,
+            port=self.port,
+            username=self.user,
+            client_keys=[str(self.key_file)],
+            known_hosts=str(known_hosts or self.known_hosts),
+            agent_path=None,
+            config=[],
+            **options,
+        )
+
 
 def stack_dir() -> Path:
     """Where deploy/ keeps its state and the `<service>.json` descriptions."""

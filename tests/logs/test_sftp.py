@@ -23,15 +23,7 @@ pytestmark = pytest.mark.ssh
 
 @pytest.fixture
 async def ssh_conn(sshd) -> AsyncIterator[asyncssh.SSHClientConnection]:  # noqa: ANN001 - conftest dataclass
-    conn = await asyncssh.connect(
-        sshd.host,
-        port=sshd.port,
-        username=sshd.user,
-        client_keys=[str(sshd.key_file)],
-        known_hosts=str(sshd.known_hosts),
-        agent_path=None,
-        config=[],
-    )
+    conn = await sshd.connect()
     try:
         yield conn
     finally:
@@ -127,15 +119,7 @@ async def test_tail_window_over_sftp(source: SftpLogSource, tmp_path: Path) -> N
 
 
 async def test_broken_connection_raises_log_source_error(sshd, tmp_path: Path) -> None:  # noqa: ANN001
-    conn = await asyncssh.connect(
-        sshd.host,
-        port=sshd.port,
-        username=sshd.user,
-        client_keys=[str(sshd.key_file)],
-        known_hosts=str(sshd.known_hosts),
-        agent_path=None,
-        config=[],
-    )
+    conn = await sshd.connect()
 
     async def provide() -> asyncssh.SSHClientConnection:
         return conn

@@ -192,14 +192,7 @@ def test_mysql_create_insert_select(mysql_url: str) -> None:
 
 
 async def test_ssh_runs_slurm_commands_remotely(sshd: Sshd, slurm_cluster: SlurmCluster) -> None:
-    async with asyncssh.connect(
-        sshd.host,
-        port=sshd.port,
-        username=sshd.user,
-        client_keys=[str(sshd.key_file)],
-        known_hosts=str(sshd.known_hosts),
-        connect_timeout=10,
-    ) as conn:
+    async with sshd.connect(connect_timeout=10) as conn:
         sinfo = await conn.run(shlex.join(["sinfo", "-h", "-N", "-o", "%N"]), check=True, timeout=30)
         conf = await conn.run(shlex.join(["printenv", "SLURM_CONF"]), check=True, timeout=30)
     assert sorted(set(str(sinfo.stdout).split())) == sorted(slurm_cluster.nodes)
@@ -207,14 +200,7 @@ async def test_ssh_runs_slurm_commands_remotely(sshd: Sshd, slurm_cluster: Slurm
 
 
 async def test_ssh_serves_sftp(sshd: Sshd, slurm_cluster: SlurmCluster) -> None:
-    async with asyncssh.connect(
-        sshd.host,
-        port=sshd.port,
-        username=sshd.user,
-        client_keys=[str(sshd.key_file)],
-        known_hosts=str(sshd.known_hosts),
-        connect_timeout=10,
-    ) as conn:
+    async with sshd.connect(connect_timeout=10) as conn:
         async with conn.start_sftp_client() as sftp:
             async with sftp.open(str(slurm_cluster.conf), "rb") as remote:
                 content = await remote.read()
@@ -224,13 +210,7 @@ async def test_ssh_serves_sftp(sshd: Sshd, slurm_cluster: SlurmCluster) -> None:
 async def test_ssh_refuses_a_wrong_host_key(sshd: Sshd) -> None:
     with pytest.raises(asyncssh.HostKeyNotVerifiable):
         await asyncio.wait_for(
-            asyncssh.connect(
-                sshd.host,
-                port=sshd.port,
-                username=sshd.user,
-                client_keys=[str(sshd.key_file)],
-                known_hosts=str(sshd.wrong_known_hosts),
-            ),
+            sshd.connect(known_hosts=sshd.wrong_known_hosts),
             timeout=20,
         )
 
