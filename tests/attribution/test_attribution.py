@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
 
 from adapters.attribution import AttributionClient, merge_verdicts
 from adapters.errors import AttributionServiceError
+from tests.fake_http import Request, base_url, serve, stop
 from workflows.contracts import (
     Category,
     EvidenceLine,
@@ -50,33 +50,19 @@ def service() -> Iterator[Callable[[Answer], str]]:
     servers: list[ThreadingHTTPServer] = []
 
     def start(answer: Answer) -> str:
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
-                if self.path != "/v1/attribute" or self.headers.get("Authorization") != "Bearer s3cret":
-                    self.send_error(403)
-                    return
-                assert self.headers.get("Content-Type") == "application/json"
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                status, payload = answer(body)
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+        def handle(req: Request) -> tuple[int, str, bytes]:
+            if req.method != "POST" or req.path != "/v1/attribute" or req.headers.get("Authorization") != "Bearer s3cret":
+                return 403, "text/plain", b"forbidden"
+            assert req.headers.get("Content-Type") == "application/json"
+            status, payload = answer(json.loads(req.body))
+            return status, "application/json", payload
 
-            def log_message(self, *args: object) -> None:
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}/v1/attribute"
+        servers.append(serve(handle))
+        return base_url(servers[-1]) + "/v1/attribute"
 
     yield start
     for s in servers:
-        s.shutdown()
-        s.server_close()
+        stop(s)
 
 
 def xid_expert(body: dict) -> tuple[int, bytes]:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -23,6 +23,8 @@ import pytest
 
 from adapters.errors import MetricsError
 from adapters.metrics import PrometheusClient, decode_throttle
+from tests.fake_http import Request, stop
+from tests.fake_http import serve as serve_http
 
 REPO = Path(__file__).resolve().parents[2]
 PCI = ["00000000:18:00.0", "00000000:2A:00.0", "00000000:3B:00.0", "00000000:5D:00.0"]
@@ -87,24 +89,14 @@ def free_port() -> int:
 
 
 def serve(node: FakeNode) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-            if self.path != "/metrics":
-                self.send_error(404)
-                return
-            body = node.exposition()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    """The node's exporter: GET /metrics."""
 
-        def log_message(self, *args: object) -> None:
-            pass
+    def handle(req: Request) -> tuple[int, str, bytes]:
+        if req.path != "/metrics":
+            return 404, "text/plain", b"not found"
+        return 200, "text/plain; version=0.0.4; charset=utf-8", node.exposition()
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    return server
+    return serve_http(handle)
 
 
 @dataclass
@@ -141,8 +133,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             ["bash", str(REPO / "deploy/prometheus/down.sh"), "--purge"], env=env, capture_output=True, text=True, timeout=60
         )
         for s in servers:
-            s.shutdown()
-            s.server_close()
+            stop(s)
         assert down.returncode == 0, down.stdout + down.stderr
 
 
