@@ -21,8 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "report",
         help="jobmedic's own figures: detection/action/restore latencies, recovery success, ETTR",
         description=(
-            "Figures computed from the audit trail: per cluster and per job. Definitions: "
-            "python -c 'import workers.report; help(workers.report)'. Times are UTC."
+            "Figures computed from the audit trail, per cluster and per job. How each one is defined: "
+            "the docstring of workers/report.py (.venv/bin/python -m pydoc workers.report). Times are UTC."
         ),
     )
     parser.add_argument("--cluster", metavar="NAME", help="only this cluster")
