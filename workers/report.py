@@ -56,7 +56,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -252,7 +252,11 @@ def _first(entries: Iterable[AuditEntry], *kinds: EventType, actions: frozenset[
 def _ordered(entries: Iterable[AuditEntry]) -> list[AuditEntry]:
     indexed = list(enumerate(entries))
     indexed.sort(key=lambda pair: (utc(pair[1].timestamp), _EVENT_ORDER.get(pair[1].event_type, 99), pair[0]))
-    return [e.model_copy(update={"timestamp": utc(e.timestamp)}) for _, e in indexed]
+    return [e if _is_utc(e.timestamp) else e.model_copy(update={"timestamp": utc(e.timestamp)}) for _, e in indexed]
+
+
+def _is_utc(value: datetime) -> bool:
+    return value.tzinfo is not None and value.utcoffset() == timedelta(0)
 
 
 def _union_length(intervals: Iterable[tuple[datetime, datetime]], lo: datetime, hi: datetime) -> float:
