@@ -222,7 +222,7 @@ class Settings(BaseSettings):
     # activity name -> seconds slept at its start: fault injection for crash-safety tests only
     fault_delays: dict[str, float] = Field(default_factory=dict)
     # the worker serves Prometheus metrics about jobmedic itself on this port (every interface); None: not served
-    metrics_port: int | None = None
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
 
     @field_validator("clusters")
     @classmethod
