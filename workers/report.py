@@ -42,9 +42,9 @@ Definitions (all times are the entries' timestamps; a naive time means UTC):
   or, for a job still running, to `now` (the last entry when `now` is not
   given). Unproductive time is the union of each incident's interval from its
   failure (`failure_at`, else the detection) to the first sign of training
-  after it: `progress_restored`, else `checkpoint_saved` (an upper bound: the
-  checkpoint was seen after training resumed) or `completed`, else the job's
-  stop or the span's end. A job with no incident has ETTR 1.0 over its
+  after it: `progress_restored`, `checkpoint_saved` (in observe mode the only
+  sign; an upper bound, the checkpoint was written after training resumed) or
+  `completed`; else the job's stop or the span's end. A job with no incident has ETTR 1.0 over its
   observed span; training before the first audit entry is not seen at all.
 - **Per cluster**: counts and sums over its jobs; latencies as count, median,
   p95 (linear interpolation between closest ranks) and max; ETTR as the ratio
@@ -370,9 +370,7 @@ def _one_incident(
     # unproductive from the failure until training shows again, looking past this window:
     # a superseded incident's downtime runs on into the next one (the union merges them)
     down_start = min(failure_at, detected_at) if failure_at else detected_at
-    sign = _first(trail[start + 1 :], EventType.PROGRESS_RESTORED)
-    if sign is None:
-        sign = _first(trail[start + 1 :], *_TRAINING_SIGNS)
+    sign = _first(trail[start + 1 :], *_TRAINING_SIGNS)
     down_end = max(down_start, sign.timestamp if sign is not None else span_end)
 
     incident = Incident(

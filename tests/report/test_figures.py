@@ -220,3 +220,20 @@ def test_first_recovery_figures_keep_the_demo_keys(scenario: list[AuditEntry]) -
         "action_to_progress_s": 25.0,
     }
     assert first_recovery_figures([]) == dict.fromkeys(first_recovery_figures(job))
+
+
+def test_downtime_ends_at_the_first_sign_of_training(make: Make) -> None:
+    """A checkpoint after an incident ends its downtime even when a later incident has a progress_restored."""
+    entries = [
+        make("lab", "4", EventType.DETECTION, 10, mode="observe", detail={"incident": "failed", "failure_at": at(8).isoformat()}),
+        make("lab", "4", EventType.CHECKPOINT_SAVED, 50, detail={"iteration": 5}),
+        make("lab", "4", EventType.DETECTION, 100, detail={"incident": "failed", "failure_at": at(95).isoformat()}),
+        make("lab", "4", EventType.ACTION_CONFIRMED, 105, action="release"),
+        make("lab", "4", EventType.PROGRESS_RESTORED, 130),
+        make("lab", "4", EventType.COMPLETED, 200),
+    ]
+    (job,) = job_figures(entries)
+    assert [i.downtime_s for i in job.incidents] == [42.0, 35.0]
+    # the first incident's job trained again, but nothing restored it: only Slurm's own requeue did
+    assert [i.outcome for i in job.incidents] == ["superseded", "restored"]
+    assert (job.wall_s, job.productive_s) == (192.0, 115.0)
