@@ -18,7 +18,7 @@ Metrics (all labelled by `cluster`):
   (absent while no incident is resolved), `jobmedic_jobs`, `jobmedic_ettr_ratio`,
   `jobmedic_observed_seconds`, `jobmedic_productive_seconds` (the two sums the
   cluster ETTR is the ratio of, so several clusters can be aggregated in PromQL);
-- per job, bounded: `jobmedic_job_ettr_ratio{job}` and `jobmedic_job_incidents{job}`
+- per job, bounded: `jobmedic_job_ettr_ratio{job_id}` and `jobmedic_job_incidents{job_id}`
   for at most `job_limit` jobs seen within the last `job_window_s` (most recent first);
 - about the server itself: `jobmedic_report_last_refresh_timestamp_seconds`,
   `jobmedic_report_refresh_duration_seconds`, `jobmedic_report_refresh_failures_total`.
@@ -158,9 +158,10 @@ def report_families(
             stopped.add(count, cluster=c.cluster, rule=rule)
         _cluster_gauges(c, jobs=jobs, ettr=ettr, observed=observed, productive=productive)
 
+    # `job_id`, not `job`: Prometheus sets `job` on every scraped series (the scrape job's name)
     for job in recent_jobs(report, now=now, window_s=job_window_s, limit=job_limit):
-        job_ettr.add(job.ettr, cluster=job.cluster, job=job.job_id)
-        job_incidents.add(len(job.incidents), cluster=job.cluster, job=job.job_id)
+        job_ettr.add(job.ettr, cluster=job.cluster, job_id=job.job_id)
+        job_incidents.add(len(job.incidents), cluster=job.cluster, job_id=job.job_id)
 
     return [detection, action, restore, incidents, outcomes, stragglers, success, stopped, jobs, ettr, observed,
             productive, job_ettr, job_incidents]
