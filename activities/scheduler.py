@@ -121,7 +121,7 @@ class SchedulerActivities:
     async def release_job(self, inp: JobActionInput) -> ActionResult:
         await injected_delay(self._delays, ActivityNames.RELEASE)
         with activity_errors():
-            return await self._slurm.release(inp.key)
+            return await self._slurm.release(inp.key, start_now=inp.start_now)
 
     @activity.defn(name=ActivityNames.CANCEL)
     async def cancel_job(self, inp: JobActionInput) -> ActionResult:

@@ -216,6 +216,7 @@ class WatchActivities:
         if not first and job.restarts != watched.restarts:
             reasons.append(ObservationReason.RESTART_CHANGE)
             watched.hang_reported = False
+            watched.progress_at = None  # the new attempt's hang clock starts at its own start time
             watched.progress_times = []
             watched.rates = []
             watched.straggler_reported = False

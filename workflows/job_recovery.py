@@ -468,6 +468,7 @@ class JobRecoveryWorkflow:
 
         self._set_phase(Phase.ISOLATING)
         expected = job.restarts
+        was_running = job.state is JobState.RUNNING
         if not held_by_us and not (job.state is JobState.PENDING and job.held):
             result = await self._action(
                 ActivityNames.REQUEUE_HOLD,
@@ -492,7 +493,9 @@ class JobRecoveryWorkflow:
         self._set_phase(Phase.RESTARTING)
         self._state.awaiting_restart = True
         self._state.expected_restarts = expected
-        await self._action(ActivityNames.RELEASE, JobActionInput(key=key), "release", deadline)
+        await self._action(
+            ActivityNames.RELEASE, JobActionInput(key=key, start_now=not was_running), "release", deadline
+        )
         self._history = self._history.note_jobmedic_restart()
         self._set_phase(Phase.WAITING_RESTART)
         return False

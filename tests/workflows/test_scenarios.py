@@ -134,7 +134,8 @@ async def test_hang_without_error_text_is_restarted(scenario: Scenario, worker: 
     await wait_for(lambda: _state(job_id) == ("COMPLETED", 1), timeout=150, what="hung job restarted and completed")
     entries = scenario.entries(job_id)
     detection = [e for e in entries if e.event_type is EventType.DETECTION]
-    assert detection and detection[0].detail["incident"] == "hang"
+    assert len(detection) == 1 and detection[0].detail["incident"] == "hang", [e.outcome for e in detection]
+    assert [e.action for e in entries if e.event_type is EventType.ACTION_CONFIRMED] == ["requeue_hold", "release"]
     advice = [e for e in entries if e.event_type is EventType.ADVICE][0]
     assert advice.category == "hang" and advice.action in {"restart", "restart_exclude"}
 
