@@ -21,6 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.ports import free_port
+
 from adapters.errors import MetricsError
 from adapters.metrics import PrometheusClient, decode_throttle
 from tests.fake_http import Request, stop
@@ -82,10 +84,6 @@ class FakeNode:
         return ("\n".join(out) + "\n").encode()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def serve(node: FakeNode) -> ThreadingHTTPServer:

@@ -18,6 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.ports import free_port as _free_port
+
 from adapters.audit import AuditStore, AuditStoreUnavailable
 from workers.metrics_server import Family, MetricsServer, escape_label, recent_jobs, render_families
 from workers.report import build_report
@@ -241,10 +243,6 @@ def test_per_job_series_are_bounded(scenario: list[AuditEntry], make: Make) -> N
 # --------------------------------------------------------------------------- a real Prometheus scrapes it
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture

@@ -15,6 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.ports import free_port as _free_port
+
 from adapters.audit import AuditStore
 from tests.workflows.conftest import terminate_cluster_workflows
 from workflows.contracts import AuditEntry
@@ -22,10 +24,6 @@ from workflows.contracts import AuditEntry
 JOBMEDIC = str(Path(sys.executable).with_name("jobmedic"))
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 
 import asyncssh
 import pytest
+
+from tests.ports import free_port
 import sqlalchemy
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
@@ -46,10 +48,6 @@ def run(argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, check=False)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def port_open(port: int) -> bool:

@@ -20,6 +20,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
+from tests.ports import free_port as _free_port
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
@@ -88,10 +90,6 @@ async def test_worker_killed_inside_a_stage_recovers_exactly_once(
         replacement.stop()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def test_temporal_server_restart_mid_recovery(tmp_path: Path, scenario: Scenario, worker: WorkerProcess) -> None:

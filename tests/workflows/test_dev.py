@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.ports import free_port as _free_port
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
@@ -21,10 +23,6 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(180)]
 JOBMEDIC = str(Path(sys.executable).parent / "jobmedic")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _open(port: int) -> bool:
