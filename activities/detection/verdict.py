@@ -139,7 +139,9 @@ _HOST_DMESG_PREFIX = re.compile(
 )
 _COMPOSE_PREFIX = re.compile(r"^([A-Za-z][A-Za-z0-9._-]{0,62}) +\| ")
 _NCCL_PREFIX = re.compile(
-    r"(?:^|[\s\]:>])([A-Za-z0-9][A-Za-z0-9._-]{0,62}):[0-9]{1,8}:[0-9]{1,8} \[([0-9]{1,3})\] NCCL "
+    # newer NCCL puts the source location between the device and "NCCL": "[5] transport/net_ib.cc:1696 NCCL WARN"
+    r"(?:^|[\s\]:>])([A-Za-z0-9][A-Za-z0-9._-]{0,62}):[0-9]{1,8}:[0-9]{1,8} \[([0-9]{1,3})\] "
+    r"(?:[A-Za-z0-9_./-]{1,80}:[0-9]{1,6} )?NCCL "
 )
 _RANK_BRACKET = re.compile(r"\[(?:PG [^\]]{0,80}?)?Rank ([0-9]{1,6})\]")
 _NOT_HOSTS = re.compile(
