@@ -9,6 +9,7 @@ already there, so a retried or replayed activity never applies twice.
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from collections.abc import Callable
 from typing import Protocol
 
 from loguru import logger
@@ -56,11 +57,15 @@ class SchedulerActivities:
         logs: LogTailPort,
         metrics: GpuHealthPort | None = None,
         delays: dict[str, float] | None = None,
+        may_act: Callable[[JobInfo], bool] | None = None,
     ) -> None:
+        """`may_act` answers, from the worker's current settings and the job's current opt-in,
+        whether jobmedic may act on the job now (a cluster switched to observe takes effect at once)."""
         self._slurm = slurm
         self._logs = logs
         self._metrics = metrics
         self._delays = delays or {}
+        self._may_act = may_act
 
     @activity.defn(name=ActivityNames.READ_JOB)
     async def read_job(self, key: JobKey) -> JobInfo:
@@ -77,22 +82,33 @@ class SchedulerActivities:
         await injected_delay(self._delays, ActivityNames.COLLECT_EVIDENCE)
         with activity_errors():
             job = await self._checked_job(inp.key)
-            log_lines = await self._log_window(job, inp.log_window_lines)
+            # a hold empties the job's node list and task layout: the evidence is the job as it
+            # failed (read now, or as the watch saw it when a retried attempt finds it held already)
+            failed_job = job if job.nodes else (inp.observed_job or job)
+            log_lines = await self._log_window(failed_job, inp.log_window_lines)
+            may_act = self._may_act(job) if self._may_act is not None else None
             hold: ActionResult | None = None
             hold_error: str | None = None
-            if inp.hold_first:
+            held_by_us = False
+            if inp.hold_first and may_act is not False:
                 try:
                     hold = await self._slurm.requeue_hold(inp.key, expected_restarts=inp.expected_restarts)
-                    if hold.job is not None:
-                        job = hold.job
+                    after = hold.job
+                    # on a retry the hold from the lost attempt shows as "unchanged": still ours
+                    held_by_us = hold.changed or (
+                        after is not None
+                        and after.held
+                        and inp.expected_restarts is not None
+                        and after.restarts == inp.expected_restarts + 1
+                    )
                 except JobmedicError as exc:
                     # evidence still matters; the decision goes on without the hold
                     hold_error = f"{type(exc).__name__}: {exc}"
                     logger.warning("job {} could not be held: {}", inp.key.job_id, exc)
-            nodes = await self._node_states(job)
-            metric_facts = await self._metric_facts(job)
+            nodes = await self._node_states(failed_job)
+            metric_facts = await self._metric_facts(failed_job)
             evidence = JobEvidence(
-                job=job,
+                job=failed_job,
                 log_lines=log_lines,
                 nodes=nodes,
                 metric_facts=[*inp.hits, *metric_facts],
@@ -103,7 +119,14 @@ class SchedulerActivities:
                 node_failure_counts=inp.node_failure_counts,
                 collected_at=datetime.now(timezone.utc),
             )
-            return CollectEvidenceOutput(evidence=evidence, hold=hold, hold_error=hold_error)
+            return CollectEvidenceOutput(
+                evidence=evidence,
+                hold=hold,
+                hold_error=hold_error,
+                held_by_us=held_by_us,
+                job_now=(hold.job if hold and hold.job else job),
+                may_act=may_act,
+            )
 
     @activity.defn(name=ActivityNames.REQUEUE_HOLD)
     async def requeue_hold(self, inp: JobActionInput) -> ActionResult:

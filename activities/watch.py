@@ -10,6 +10,7 @@ resumes from there, and job workflows ignore what they have already seen.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Protocol
@@ -20,6 +21,7 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
 
 from adapters.errors import JobmedicError, LogSourceError
 from activities.screening import LogScreen
@@ -43,6 +45,9 @@ from workflows.messages import (
 )
 
 MAX_READS_PER_POLL = 8  # bounded catch-up per job per poll; the rest waits for the next poll
+HEARTBEAT_EVERY_S = 2.0  # during a long poll (many jobs), record progress this often
+GONE_AFTER_POLLS = 3  # a job missing from this many listings in a row has left the scheduler
+KEEP_SAMPLES = 32  # progress times and rates kept per job (they travel in every heartbeat)
 
 
 class JobListing(Protocol):
@@ -73,6 +78,7 @@ class WatchedJob(BaseModel):
     hang_reported: bool = False
     rates: list[float] = Field(default_factory=list)  # training throughput per poll, newest last
     straggler_reported: bool = False
+    missing_polls: int = 0
     closed: bool = False
     last_seen: datetime | None = None
 
@@ -144,28 +150,25 @@ class WatchActivities:
         sent: list[JobObservation] = []
         listed: set[str] = set()
         self._remember_failures(state, jobs, now)
+        beat = time.monotonic()
         for job in jobs:
             job.cluster = self._ctx.cluster
-            if job.opt_in.invalid:
-                self._report_invalid(state, job, now)
+            try:
+                obs = await self._poll_job(state, job, now, listed)
+            except Exception as exc:  # noqa: BLE001 - one job's trouble must not blind the watch to the others
+                logger.opt(exception=exc).warning("watch of job {} failed this poll: {}", job.job_id, exc)
                 continue
-            if job.opt_in.opt_in is None or not self._ctx.watches(job.opt_in.opt_in.environment):
-                continue
-            key = await self._identity(state, job)
-            wid = key.workflow_id
-            listed.add(wid)
-            watched = state.jobs.get(wid)
-            first = watched is None
-            if watched is None:
-                watched = WatchedJob(workflow_id=wid, job_id=job.job_id)
-                state.jobs[wid] = watched
-            if watched.closed:
-                continue
-            obs = await self._observe(state, watched, job, now, first=first)
-            if obs is not None and await self._signal(watched, job, key, obs):
+            if obs is not None:
                 sent.append(obs)
+            if time.monotonic() - beat > HEARTBEAT_EVERY_S and activity.in_activity():
+                activity.heartbeat(state.model_dump(mode="json"))  # a long poll must not look like a dead worker
+                beat = time.monotonic()
         for wid in [w for w in state.jobs if w not in listed]:
-            watched = state.jobs.pop(wid)
+            watched = state.jobs[wid]
+            watched.missing_polls += 1
+            if watched.missing_polls < GONE_AFTER_POLLS:
+                continue  # a job can drop out of one listing (a comment being edited); wait before saying goodbye
+            state.jobs.pop(wid)
             state.first_submit.pop(watched.job_id, None)
             if not watched.closed and watched.last_seen is not None:
                 gone = JobObservation(
@@ -176,6 +179,30 @@ class WatchActivities:
         return sent
 
     # ------------------------------------------------------------------ one job
+
+    async def _poll_job(
+        self, state: WatchState, job: JobInfo, now: datetime, listed: set[str]
+    ) -> JobObservation | None:
+        if job.opt_in.invalid:
+            await self._report_invalid(state, job, now)
+            return None
+        if job.opt_in.opt_in is None or not self._ctx.watches(job.opt_in.opt_in.environment):
+            return None
+        key = await self._identity(state, job)
+        wid = key.workflow_id
+        listed.add(wid)
+        watched = state.jobs.get(wid)
+        first = watched is None
+        if watched is None:
+            watched = WatchedJob(workflow_id=wid, job_id=job.job_id)
+            state.jobs[wid] = watched
+        watched.missing_polls = 0
+        if watched.closed:
+            return None
+        obs = await self._observe(state, watched, job, now, first=first)
+        if obs is not None and await self._signal(watched, job, key, obs):
+            return obs
+        return None
 
     async def _identity(self, state: WatchState, job: JobInfo) -> JobKey:
         """The job's key: the submit time it was first seen with survives Slurm's requeues."""
@@ -199,8 +226,8 @@ class WatchActivities:
         )
         try:
             async for wf in self._client.list_workflows(query, limit=1):
-                stamp = wf.id.rsplit("-", 1)[-1]
-                return datetime.strptime(stamp, "%Y%m%dT%H%M%S")
+                stamp = wf.id.rsplit("-", 1)[-1]  # JobKey.workflow_id writes the submit time in UTC
+                return datetime.strptime(stamp, "%Y%m%dT%H%M%S").replace(tzinfo=timezone.utc)
         except Exception as exc:  # noqa: BLE001 - visibility is a hint here; the job is still watched
             logger.warning("could not look up the workflow of requeued job {}: {}", job.job_id, exc)
         return None
@@ -294,10 +321,10 @@ class WatchActivities:
                         watched.progress = _merge_progress(watched.progress, outcome.progress)
                         if outcome.progress.iteration is not None:
                             watched.progress_at = now
-                            watched.progress_times = (watched.progress_times + [now.timestamp()])[-64:]
+                            watched.progress_times = (watched.progress_times + [round(now.timestamp(), 1)])[-KEEP_SAMPLES:]
                         rate = _rate(outcome.progress)
                         if rate is not None:
-                            watched.rates = (watched.rates + [rate])[-64:]
+                            watched.rates = (watched.rates + [round(rate, 4)])[-KEEP_SAMPLES:]
                 if not chunk.more:
                     break
             watched.cursors[path] = cursor
@@ -356,6 +383,9 @@ class WatchActivities:
             # the job's workflow finished (job done, stopped by policy or by an operator): leave it be
             watched.closed = True
             return False
+        except RPCError as exc:
+            logger.warning("could not signal the workflow of job {}: {} (retried next poll)", job.job_id, exc)
+            return False
         return True
 
     async def _signal_existing(self, watched: WatchedJob, obs: JobObservation) -> None:
@@ -364,7 +394,7 @@ class WatchActivities:
         except Exception as exc:  # noqa: BLE001 - a closed or unknown workflow needs no goodbye
             logger.debug("no running workflow {} to tell the job is gone: {}", watched.workflow_id, exc)
 
-    def _report_invalid(self, state: WatchState, job: JobInfo, now: datetime) -> None:
+    async def _report_invalid(self, state: WatchState, job: JobInfo, now: datetime) -> None:
         key = f"invalid_opt_in:{self._ctx.cluster}:{job.job_id}:{job.submit_time}"
         if key in state.invalid_reported:
             return
@@ -379,7 +409,7 @@ class WatchActivities:
             mode="observe",
         )
         try:
-            self._audit.record(entry)
+            await asyncio.to_thread(self._audit.record, entry)
         except JobmedicError as exc:
             logger.warning("could not audit the invalid opt-in of job {}: {}", job.job_id, exc)
             return

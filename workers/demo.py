@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import sys
 import time
 from dataclasses import dataclass, field
@@ -91,6 +92,7 @@ async def run_demo(settings: Settings, *, observe: bool, timeout_s: float = 300.
 
     stop = asyncio.Event()
     worker = asyncio.create_task(run_worker(settings, client, stop=stop))
+    job_id: str | None = None
     try:
         workdir = settings.data_dir / "demo" / datetime.now().strftime("%Y%m%d-%H%M%S-%f")
         workdir.mkdir(parents=True, exist_ok=True)
@@ -101,16 +103,17 @@ async def run_demo(settings: Settings, *, observe: bool, timeout_s: float = 300.
     finally:
         stop.set()
         await asyncio.gather(worker, return_exceptions=True)
-        await _end_workflows(client, settings)
+        await _end_workflows(client, job_id)
 
 
-async def _end_workflows(client, settings: Settings) -> None:
-    """Leave nothing of the demo running on its task queues (a later demo may run other code)."""
+async def _end_workflows(client, job_id: str | None) -> None:
+    """Leave nothing of this demo running on its task queues (a later demo may run other code)."""
     from workflows.cluster_watch import watch_workflow_id
 
     ids = [watch_workflow_id(DEMO_CLUSTER)]
-    async for wf in client.list_workflows(f"Cluster = '{DEMO_CLUSTER}' AND ExecutionStatus = 'Running'"):
-        ids.append(wf.id)
+    if job_id is not None:
+        query = f"Cluster = '{DEMO_CLUSTER}' AND JobId = '{job_id}' AND ExecutionStatus = 'Running'"
+        ids += [wf.id async for wf in client.list_workflows(query)]
     for wid in ids:
         try:
             await client.get_workflow_handle(wid).terminate("demo finished")
@@ -124,7 +127,7 @@ async def _submit(slurm, workdir: Path, *, observe: bool, environment: str) -> s
                                        "checkpoint_dir": str(workdir / "ckpt")}})
     script.write_text(
         "#!/bin/bash\n"
-        f"exec {sys.executable} -u -m workers.demo_train --checkpoint-dir {workdir / 'ckpt'}\n"
+        f"exec {shlex.quote(sys.executable)} -u -m workers.demo_train --checkpoint-dir {shlex.quote(str(workdir / 'ckpt'))}\n"
     )
     argv = [
         "sbatch", "--parsable", "--job-name=jobmedic-demo-train", "--nodes=2", "--ntasks-per-node=2",

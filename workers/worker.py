@@ -48,6 +48,16 @@ def recovery_input_factory(cluster: ClusterSettings):
     return build
 
 
+def may_act_now(cluster: ClusterSettings):
+    """Whether jobmedic may act on a job now: the cluster's settings and the job's current opt-in."""
+
+    def check(job: JobInfo) -> bool:
+        opt = job.opt_in.opt_in
+        return opt is not None and not job.opt_in.invalid and cluster.may_act(opt.environment, opt.mode)
+
+    return check
+
+
 def hang_bound_factory(cluster: ClusterSettings):
     from activities.detection.hang import hang_bound
 
@@ -126,7 +136,13 @@ async def build_workers(settings: Settings, client: Client, *, clusters: list[Cl
     ]
     for part in parts:
         c = part.settings
-        sched = SchedulerActivities(slurm=part.slurm, logs=part.logs, metrics=part.metrics, delays=settings.fault_delays)
+        sched = SchedulerActivities(
+            slurm=part.slurm,
+            logs=part.logs,
+            metrics=part.metrics,
+            delays=settings.fault_delays,
+            may_act=may_act_now(c),
+        )
         watch = WatchActivities(
             context=WatchContext(
                 cluster=c.name,
@@ -168,7 +184,7 @@ async def start_watches(settings: Settings, client: Client, *, clusters: list[Cl
     for c in clusters or settings.clusters:
         await client.start_workflow(
             ClusterWatchWorkflow.run,
-            WatchInput(cluster=c.name, poll_interval_s=c.poll_interval_s),
+            WatchInput(cluster=c.name, poll_interval_s=c.poll_interval_s, scheduler_queue=c.task_queue),
             id=watch_workflow_id(c.name),
             task_queue=settings.temporal.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,

@@ -34,7 +34,7 @@ class ClusterWatchWorkflow:
         await workflow.execute_activity(
             ActivityNames.WATCH_CLUSTER,
             inp,
-            task_queue=f"jobmedic-slurm-{inp.cluster}",
+            task_queue=inp.scheduler_queue or f"jobmedic-slurm-{inp.cluster}",
             start_to_close_timeout=timedelta(days=3650),
             heartbeat_timeout=heartbeat,
             retry_policy=RetryPolicy(

@@ -8,7 +8,7 @@ re-imports this module).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -117,7 +117,10 @@ class JobKey(Contract):
 
     @property
     def workflow_id(self) -> str:
-        stamp = self.submit_time.strftime("%Y%m%dT%H%M%S") if self.submit_time else "unknown"
+        moment = self.submit_time
+        if moment is not None and moment.tzinfo is not None:
+            moment = moment.astimezone(timezone.utc)  # a naive time is taken to be UTC already
+        stamp = moment.strftime("%Y%m%dT%H%M%S") if moment else "unknown"
         return f"jobmedic-{self.cluster}-{self.job_id}-{stamp}"
 
     def matches(self, job: "JobInfo") -> bool:
@@ -129,9 +132,17 @@ class JobKey(Contract):
         """
         if job.job_id != self.job_id:
             return False
-        if self.submit_time is None or job.submit_time is None or job.submit_time == self.submit_time:
+        if self.submit_time is None or job.submit_time is None:
             return True
-        return job.restarts > 0 and job.submit_time > self.submit_time
+        mine, theirs = _as_utc(self.submit_time), _as_utc(job.submit_time)
+        if mine == theirs:
+            return True
+        return job.restarts > 0 and theirs > mine
+
+
+def _as_utc(moment: datetime) -> datetime:
+    """Aware UTC; a naive time is taken to be UTC already (comparing naive and aware raises)."""
+    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
 
 
 class TaskLayout(Contract):

@@ -62,6 +62,8 @@ SA_IMPLICATED = SearchAttributeKey.for_keyword_list("ImplicatedNodes")
 SCHEDULER_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10))
 AUDIT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=5))
 TIMELINE_LIMIT = 200
+MAX_SA_TEXT = 256  # search attribute values: the server refuses more than 2 KB
+MAX_SA_NODES = 50
 
 
 def initial_search_attributes(inp: JobRecoveryInput) -> TypedSearchAttributes:
@@ -70,7 +72,7 @@ def initial_search_attributes(inp: JobRecoveryInput) -> TypedSearchAttributes:
         [
             SearchAttributePair(SA_JOB_ID, inp.key.job_id),
             SearchAttributePair(SA_CLUSTER, inp.key.cluster),
-            SearchAttributePair(SA_ENVIRONMENT, inp.environment or inp.opt_in.environment),
+            SearchAttributePair(SA_ENVIRONMENT, (inp.environment or inp.opt_in.environment)[:MAX_SA_TEXT]),
             SearchAttributePair(SA_MODE, Mode.ACTION.value if inp.may_act else Mode.OBSERVE.value),
             SearchAttributePair(SA_PHASE, Phase.WATCHING.value),
             SearchAttributePair(SA_ATTEMPTS, 0),
@@ -85,6 +87,14 @@ class _Watchdog(Exception):
         super().__init__(f"{stage}: {cause}")
         self.stage = stage
         self.cause = cause
+
+
+class _Halted(Exception):
+    """Recovery was paused or stopped by a signal in the middle of an incident."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
 
 
 @workflow.defn(name="JobRecovery")
@@ -103,8 +113,8 @@ class JobRecoveryWorkflow:
 
     @workflow.signal(name=SignalNames.OBSERVE)
     def observe(self, obs: JobObservation) -> None:
-        if obs.seq and obs.seq <= self._state.last_seq:
-            return  # a re-delivery after a watch restart
+        # Re-deliveries (a watch resumed from older heartbeat details) are harmless: an observation
+        # older than what was seen is dropped in `_handle`, and each incident is handled once.
         self._queue.append(obs)
 
     @workflow.signal(name=SignalNames.PAUSE)
@@ -124,7 +134,12 @@ class JobRecoveryWorkflow:
 
     @workflow.signal(name=SignalNames.SET_MODE)
     def set_mode(self, mode: str) -> None:
-        new = Mode(mode)
+        try:
+            new = Mode(str(mode).strip().lower())
+        except ValueError:
+            # a typo must not break the workflow (a failing handler fails every replay)
+            self._note("mode", f"ignored set-mode {str(mode)[:40]!r}: use 'observe' or 'action'")
+            return
         self._state.mode = new
         # action needs the cluster's consent too: it was given at start (`may_act`)
         self._state.may_act = new is Mode.ACTION and self._inp.may_act
@@ -184,6 +199,11 @@ class JobRecoveryWorkflow:
         """Apply one observation; True when the workflow is done with this job."""
         job = obs.job
         previous = self._state.last_job
+        if ObservationReason.GONE in obs.reasons:
+            await self._audit(EventType.STOPPED, job=previous, outcome="job left the scheduler", key_suffix="gone")
+            return True
+        if previous is not None and job.restarts < previous.restarts:
+            return False  # older than what this workflow already saw (a re-delivery)
         self._state.last_job = job
         if obs.hits:
             self._state.pending_hits = (self._state.pending_hits + obs.hits)[-100:]
@@ -198,6 +218,10 @@ class JobRecoveryWorkflow:
 
         incident = self._incident_kind(obs, previous)
         if incident is not None:
+            once = f"{incident}:r{job.restarts}"
+            if once in self._state.handled:
+                return False  # the same incident, observed again
+            self._state.handled = (self._state.handled + [once])[-50:]
             stop = await self._recover(obs, incident)
             if stop:
                 return True
@@ -211,9 +235,6 @@ class JobRecoveryWorkflow:
                 key_suffix=f"straggler-{obs.seq}",
                 detail={"incident": "straggler", "observed_at": _iso(obs.at)},
             )
-        elif ObservationReason.GONE in obs.reasons:
-            await self._audit(EventType.STOPPED, job=job, outcome="job left the scheduler", key_suffix="gone")
-            return True
         return False
 
     # ------------------------------------------------------------------ milestones (verify)
@@ -299,11 +320,17 @@ class JobRecoveryWorkflow:
         try:
             hold_first = acting and incident == "failed"
             collected = await self._collect(obs, hold_first=hold_first, deadline=decision_deadline)
-            held_by_us = bool(collected.hold and collected.hold.changed)
+            # (an activity result recorded before `held_by_us` existed has only `hold.changed`)
+            held_by_us = collected.held_by_us or bool(collected.hold and collected.hold.changed)
             evidence = collected.evidence
-            current = evidence.job or job
+            failed = evidence.job or job  # the job as it failed: exit code, nodes, layout
+            current = collected.job_now or failed  # the job as it is now (held, if we held it)
             self._state.last_job = current
+            if collected.may_act is False and acting:
+                acting = False
+                self._note("mode", "the cluster's settings or the job's opt-in no longer allow action")
             if held_by_us:
+                self._state.holding = True
                 self._state.own_restarts_upto = max(self._state.own_restarts_upto, current.restarts)
             await self._audit(
                 EventType.DETECTION,
@@ -333,7 +360,7 @@ class JobRecoveryWorkflow:
             attributed = await self._attribute(evidence, deadline=decision_deadline)
             verdict = attributed.verdict
             self._set_phase(Phase.DECIDING)
-            advice = self._decide(verdict, current, attributed, incident)
+            advice = self._decide(verdict, failed.model_copy(update={"requeue_allowed": current.requeue_allowed}), attributed, incident)
         except _Watchdog as dog:
             await self._watchdog(job, dog, held_by_us)
             return False
@@ -344,7 +371,7 @@ class JobRecoveryWorkflow:
             if host not in self._state.implicated_nodes:
                 self._state.implicated_nodes.append(host)
         self._history = self._history.record_outcome(
-            verdict, advice, ended_at=workflow.now(), exit_code=current.exit_code
+            verdict, advice, ended_at=workflow.now(), exit_code=failed.exit_code
         )
         self._state.pending_hits = []
         self._upsert_search_attributes()
@@ -365,12 +392,16 @@ class JobRecoveryWorkflow:
         try:
             return await self._act(current, advice, incident, held_by_us, deadline=action_deadline)
         except _Watchdog as dog:
-            await self._watchdog(current, dog, True)
+            await self._watchdog(current, dog, self._state.holding)
+            return False
+        except _Halted as halt:
+            await self._give_back(current, halt.why, deadline=action_deadline)
             return False
 
     async def _collect(self, obs: JobObservation, *, hold_first: bool, deadline: datetime) -> CollectEvidenceOutput:
         inp = CollectEvidenceInput(
             key=self._inp.key,
+            observed_job=obs.job,
             hold_first=hold_first,
             expected_restarts=obs.job.restarts,
             log_window_lines=self._inp.log_window_lines,
@@ -507,6 +538,8 @@ class JobRecoveryWorkflow:
         self._history = self._history.note_excluded(nodes)
 
     async def _action(self, name: str, inp: JobActionInput, label: str, deadline: datetime) -> ActionResult:
+        if self._state.paused or self._state.stopped:
+            raise _Halted("recovery " + ("stopped" if self._state.stopped else "paused") + f" before {label}")
         n = self._state.incidents
         await self._audit(
             EventType.ACTION_REQUESTED,
@@ -516,6 +549,10 @@ class JobRecoveryWorkflow:
             implicated=inp.nodes,
         )
         result = await self._scheduler_activity(name, inp, ActionResult, deadline=deadline, stage=label)
+        if label == "requeue_hold":
+            self._state.holding = True
+        elif label in {"release", "cancel"}:
+            self._state.holding = False
         job = result.job
         await self._audit(
             EventType.ACTION_CONFIRMED,
@@ -555,13 +592,33 @@ class JobRecoveryWorkflow:
             raise _Watchdog(stage, "deadline reached before the step could start")
         return left
 
+    async def _give_back(self, job: JobInfo, why: str, *, deadline: datetime) -> None:
+        """A pause or stop mid-incident: no further action, except undoing jobmedic's own hold."""
+        self._note("halted", why)
+        if self._state.holding:
+            try:
+                await self._scheduler_activity(
+                    ActivityNames.RELEASE, JobActionInput(key=self._inp.key), ActionResult,
+                    deadline=max(deadline, workflow.now() + timedelta(seconds=60)), stage="release",
+                )
+                self._state.holding = False
+                await self._audit(
+                    EventType.ACTION_CONFIRMED, job=job, action="release", key_suffix="halt-release",
+                    outcome=f"{why}: released jobmedic's hold to normal scheduling",
+                )
+            except _Watchdog as dog:
+                await self._audit(EventType.WATCHDOG, job=job, outcome=f"{why}; releasing the hold failed: {dog.cause}",
+                                  key_suffix="halt")
+        self._state.awaiting_restart = False
+        self._set_phase(Phase.WATCHING)
+
     async def _watchdog(self, job: JobInfo, dog: _Watchdog, held_by_us: bool) -> None:
         """Fail open: release the job to normal scheduling and audit it."""
         workflow.logger.warning("watchdog fired at %s: %s", dog.stage, dog.cause)
-        acts = self._inp.watchdog.mode is Mode.ACTION and self._state.may_act
+        acts = self._inp.watchdog.mode is Mode.ACTION and self._state.may_act and not self._state.paused
         outcome = f"{dog.stage} did not finish: {dog.cause}"
         released = None
-        if acts and (held_by_us or (job.state is JobState.PENDING and job.held)):
+        if acts and held_by_us:  # only a hold jobmedic placed; someone else's hold stays
             try:
                 released = await workflow.execute_activity(
                     ActivityNames.RELEASE,
@@ -573,6 +630,7 @@ class JobRecoveryWorkflow:
                     retry_policy=SCHEDULER_RETRY,
                 )
                 outcome += "; job released to normal scheduling"
+                self._state.holding = False
             except ActivityError as exc:
                 outcome += f"; release failed too: {_cause(exc)}"
         elif not acts:
@@ -665,7 +723,8 @@ class JobRecoveryWorkflow:
                 SA_MODE.value_set(Mode.ACTION.value if self._state.may_act else Mode.OBSERVE.value),
                 SA_ATTEMPTS.value_set(len(self._history.attempts)),
                 SA_LAST_CATEGORY.value_set(self._state.last_category or Category.NONE.value),
-                SA_IMPLICATED.value_set(list(self._state.implicated_nodes)),
+                # the server refuses values over 2 KB: a bounded, sorted view
+                SA_IMPLICATED.value_set(sorted(self._state.implicated_nodes)[:MAX_SA_NODES]),
             ]
         )
 

@@ -151,6 +151,8 @@ class JobRecoveryState(Contract):
     pending_hits: list[EvidenceLine] = Field(default_factory=list)
     last_advice: Advice | None = None
     last_verdict_summary: str = ""
+    holding: bool = False  # the job is held by jobmedic right now (released or cancelled since: False)
+    handled: list[str] = Field(default_factory=list)  # incidents already handled, "<kind>:r<restarts>"
 
 
 JobRecoveryInput.model_rebuild()
@@ -179,6 +181,7 @@ class JobStatus(Contract):
 
 class CollectEvidenceInput(Contract):
     key: JobKey
+    observed_job: JobInfo | None = None  # the job as the watch saw it fail
     hold_first: bool = False
     expected_restarts: int | None = None
     log_window_lines: int = 400
@@ -191,9 +194,12 @@ class CollectEvidenceInput(Contract):
 
 
 class CollectEvidenceOutput(Contract):
-    evidence: JobEvidence
+    evidence: JobEvidence  # evidence.job is the job as it failed (nodes and layout intact)
     hold: ActionResult | None = None
     hold_error: str | None = None
+    held_by_us: bool = False  # the job is held now because jobmedic held it (this attempt or a lost one)
+    job_now: JobInfo | None = None  # the job as the scheduler shows it after any hold
+    may_act: bool | None = None  # None: the worker has no opinion (older worker)
 
 
 class AttributeInput(Contract):
@@ -233,5 +239,6 @@ class AuditBatch(Contract):
 class WatchInput(Contract):
     cluster: str
     poll_interval_s: float = 15.0
+    scheduler_queue: str | None = None  # None: the default name for the cluster
 
 

@@ -248,7 +248,7 @@ async def test_dead_node_under_a_no_requeue_job_is_blamed_and_not_requeued(
 
 async def test_sustained_slowdown_is_reported_as_a_straggler(scenario: Scenario, worker: WorkerProcess) -> None:
     worker.start()
-    job_id = _submit(scenario, plan="slow", iterations=160, fail_at=90, iteration_seconds=0.1)
+    job_id = _submit(scenario, plan="slow", iterations=230, fail_at=160, iteration_seconds=0.1)
     found = await wait_for(
         lambda: [e for e in scenario.entries(job_id)
                  if e.event_type is EventType.DETECTION and (e.detail or {}).get("incident") == "straggler"],
