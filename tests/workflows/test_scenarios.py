@@ -161,8 +161,13 @@ async def test_pause_resume_and_stop_signals(scenario: Scenario, worker: WorkerP
     status = json.loads(scenario.cli("jobs", "--json").stdout)["jobs"]
     mine = [j for j in status if j["job_id"] == job_id]
     assert mine and mine[0]["phase"] == "paused"
-    # the same signal through the Temporal CLI
+    # the same signals through the Temporal CLI; a typo in set-mode must not break the workflow
     wid = mine[0]["workflow_id"]
+    subprocess.run([TEMPORAL, "workflow", "signal", "--address", scenario.temporal_address, "--workflow-id", wid,
+                    "--name", "set-mode", "--input", '"actoin"'], check=True, capture_output=True, timeout=30)
+    query = subprocess.run([TEMPORAL, "workflow", "query", "--address", scenario.temporal_address, "--workflow-id",
+                            wid, "--name", "timeline", "-o", "json"], capture_output=True, text=True, timeout=30)
+    assert query.returncode == 0 and "ignored set-mode" in query.stdout, query.stderr
     subprocess.run([TEMPORAL, "workflow", "signal", "--address", scenario.temporal_address, "--workflow-id", wid,
                     "--name", "resume"], check=True, capture_output=True, timeout=30)
     assert scenario.cli("stop", job_id).returncode == 0
