@@ -89,6 +89,7 @@ class WatchState(BaseModel):
     first_submit: dict[str, datetime] = Field(default_factory=dict)
     invalid_reported: list[str] = Field(default_factory=list)
     failures: list[tuple[str, float, list[str]]] = Field(default_factory=list)  # (job id, epoch s, nodes)
+    failures_counted: list[str] = Field(default_factory=list)  # "<job id>:r<restarts>" already counted
     polls: int = 0
 
 
@@ -345,12 +346,16 @@ class WatchActivities:
     # ------------------------------------------------------------------ cluster-wide view
 
     def _remember_failures(self, state: WatchState, jobs: list[JobInfo], now: datetime) -> None:
+        """Each failure (job and attempt) counted once, when first seen, for the window after it."""
         horizon = now.timestamp() - self._ctx.systemic_window_s
-        known = {job_id for job_id, _, _ in state.failures}
+        counted = set(state.failures_counted)
         for job in jobs:
-            if job.state.failed and job.job_id not in known:
+            mark = f"{job.job_id}:r{job.restarts}"
+            if job.state.failed and mark not in counted:
                 state.failures.append((job.job_id, now.timestamp(), list(job.nodes)))
+                state.failures_counted.append(mark)
         state.failures = [f for f in state.failures if f[1] >= horizon][-1000:]
+        state.failures_counted = state.failures_counted[-5000:]
 
     def _node_failure_counts(self, state: WatchState, job: JobInfo, now: datetime) -> dict[str, int]:
         counts: dict[str, int] = {}
