@@ -231,3 +231,24 @@ async def test_long_recovery_continues_as_new_and_keeps_its_state(
         await terminate_cluster_workflows(address, scenario.cluster)
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
+
+
+async def test_stop_in_the_middle_of_an_incident_only_undoes_jobmedics_hold(
+    scenario: Scenario, worker: WorkerProcess
+) -> None:
+    """`jobmedic stop` while the verdict is being made: no exclusion, the hold jobmedic placed is released."""
+    worker.start(fault_delays={"attribute": 6.0})
+    job_id = submit_training(scenario.tmp / "job", environment=scenario.environment, plan="xid,ok", fail_at=20)
+    scenario.jobs.append(job_id)
+    await wait_for(lambda: _running_activity(scenario.temporal_address, scenario.cluster, job_id, "attribute"),
+                   timeout=120, what="attribute running", every=0.3)
+    assert _state(job_id)[0] == "PENDING"  # held before the decision
+    assert scenario.cli("stop", job_id).returncode == 0
+    await wait_for(lambda: EventType.STOPPED in scenario.kinds(job_id), timeout=60, what="stopped entry")
+    entries = scenario.entries(job_id)
+    confirmed = [(e.action, e.outcome or "") for e in entries if e.event_type is EventType.ACTION_CONFIRMED]
+    assert [a for a, _ in confirmed] == ["requeue_hold", "release"], confirmed
+    assert "stopped" in confirmed[-1][1]
+    assert "ExcNodeList" not in scontrol_job(job_id) or scontrol_job(job_id)["ExcNodeList"] in {"", "(null)"}
+    # back to normal scheduling: Slurm runs it again, without jobmedic
+    await wait_for(lambda: _state(job_id) == ("COMPLETED", 1), timeout=120, what="completed after release")
