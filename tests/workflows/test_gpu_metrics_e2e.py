@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 import httpx
 import pytest
@@ -39,7 +39,7 @@ class MetricsScenario(Scenario):
 
     prometheus_url: str | None = None
 
-    def write_config(self):
+    def write_config(self) -> Path:
         path = super().write_config()
         if self.prometheus_url:
             with path.open("a") as out:  # the last table was the cluster's: this one belongs to it
