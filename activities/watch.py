@@ -150,7 +150,8 @@ class WatchActivities:
         state.polls += 1
         sent: list[JobObservation] = []
         listed: set[str] = set()
-        self._remember_failures(state, jobs, now)
+        # the cluster-wide view covers the jobs this deployment watches (other deployments keep their own)
+        self._remember_failures(state, [j for j in jobs if self._watched_environment(j)], now)
         beat = time.monotonic()
         for job in jobs:
             job.cluster = self._ctx.cluster
@@ -179,6 +180,10 @@ class WatchActivities:
                 await self._signal_existing(watched, gone)
         return sent
 
+    def _watched_environment(self, job: JobInfo) -> bool:
+        opt = job.opt_in.opt_in
+        return opt is not None and not job.opt_in.invalid and self._ctx.watches(opt.environment)
+
     # ------------------------------------------------------------------ one job
 
     async def _poll_job(
@@ -187,7 +192,7 @@ class WatchActivities:
         if job.opt_in.invalid:
             await self._report_invalid(state, job, now)
             return None
-        if job.opt_in.opt_in is None or not self._ctx.watches(job.opt_in.opt_in.environment):
+        if not self._watched_environment(job):
             return None
         key = await self._identity(state, job)
         wid = key.workflow_id
@@ -351,7 +356,8 @@ class WatchActivities:
         counted = set(state.failures_counted)
         for job in jobs:
             mark = f"{job.job_id}:r{job.restarts}"
-            if job.state.failed and mark not in counted:
+            ended = _utc(job.end_time).timestamp() if job.end_time else now.timestamp()
+            if job.state.failed and mark not in counted and ended >= horizon:
                 state.failures.append((job.job_id, now.timestamp(), list(job.nodes)))
                 state.failures_counted.append(mark)
         state.failures = [f for f in state.failures if f[1] >= horizon][-1000:]
