@@ -390,7 +390,9 @@ class JobRecoveryWorkflow:
 
         action_deadline = workflow.now() + timedelta(seconds=self._inp.watchdog.action_deadline_s)
         try:
-            return await self._act(current, advice, incident, held_by_us, deadline=action_deadline)
+            return await self._act(
+                current, advice, incident, held_by_us, failed_nodes=failed.nodes, deadline=action_deadline
+            )
         except _Watchdog as dog:
             await self._watchdog(current, dog, self._state.holding)
             return False
@@ -466,7 +468,16 @@ class JobRecoveryWorkflow:
             )
         return advice
 
-    async def _act(self, job: JobInfo, advice: Advice, incident: str, held_by_us: bool, *, deadline: datetime) -> bool:
+    async def _act(
+        self,
+        job: JobInfo,
+        advice: Advice,
+        incident: str,
+        held_by_us: bool,
+        *,
+        failed_nodes: list[str],
+        deadline: datetime,
+    ) -> bool:
         key = self._inp.key
         restart = advice.action in {AdviceAction.RESTART, AdviceAction.RESTART_EXCLUDE, AdviceAction.RESTART_DRAIN}
         if advice.action is AdviceAction.STOP:
@@ -499,7 +510,6 @@ class JobRecoveryWorkflow:
 
         self._set_phase(Phase.ISOLATING)
         expected = job.restarts
-        was_running = job.state is JobState.RUNNING
         if not held_by_us and not (job.state is JobState.PENDING and job.held):
             result = await self._action(
                 ActivityNames.REQUEUE_HOLD,
@@ -525,7 +535,10 @@ class JobRecoveryWorkflow:
         self._state.awaiting_restart = True
         self._state.expected_restarts = expected
         await self._action(
-            ActivityNames.RELEASE, JobActionInput(key=key, start_now=not was_running), "release", deadline
+            ActivityNames.RELEASE,
+            JobActionInput(key=key, start_now=_may_start_now(failed_nodes, excluded_target)),
+            "release",
+            deadline,
         )
         self._history = self._history.note_jobmedic_restart()
         self._set_phase(Phase.WAITING_RESTART)
@@ -727,6 +740,17 @@ class JobRecoveryWorkflow:
                 SA_IMPLICATED.value_set(sorted(self._state.implicated_nodes)[:MAX_SA_NODES]),
             ]
         )
+
+
+def _may_start_now(failed_nodes: list[str], excluded: list[str]) -> bool:
+    """Whether to skip Slurm's post-requeue wait (`StartTime=now`).
+
+    A requeue revokes the job's credential on the nodes of its last allocation
+    for `AuthInfo=cred_expire` seconds; a start there inside that time is
+    killed at once ("Job credential revoked", seen here). Skipping the wait is
+    safe only when none of those nodes can be chosen again.
+    """
+    return bool(failed_nodes) and set(failed_nodes) <= set(excluded)
 
 
 def _cause(exc: BaseException) -> str:

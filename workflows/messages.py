@@ -227,8 +227,8 @@ class JobActionInput(Contract):
     nodes: list[str] = Field(default_factory=list)
     reason: str = ""
     expected_restarts: int | None = None
-    # release: skip Slurm's post-requeue wait. Not after requeueing a *running* job: its nodes
-    # still hold the revoked credential, and a start inside cred_expire fails ("credential revoked").
+    # release: skip Slurm's post-requeue wait. Only when the last allocation's nodes are all excluded:
+    # they hold the revoked credential, and a start there inside cred_expire fails ("credential revoked").
     start_now: bool = True
 
 
