@@ -8,7 +8,7 @@ queue (`jobmedic-slurm-<cluster>`): evidence collection, actions and the watch.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from loguru import logger
 from temporalio.client import Client
@@ -80,7 +80,6 @@ class ClusterParts:
     logs: object
     metrics: object | None
     external: object | None
-    closers: list = field(default_factory=list)
 
 
 def build_cluster_parts(cluster: ClusterSettings) -> ClusterParts:

@@ -150,7 +150,6 @@ class JobRecoveryState(Contract):
     timeline: list[TimelineEvent] = Field(default_factory=list)
     pending_hits: list[EvidenceLine] = Field(default_factory=list)
     last_advice: Advice | None = None
-    last_verdict_summary: str = ""
     holding: bool = False  # the job is held by jobmedic right now (released or cancelled since: False)
     handled: list[str] = Field(default_factory=list)  # incidents already handled, "<kind>:r<restarts>"
 
