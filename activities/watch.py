@@ -42,6 +42,7 @@ from workflows.messages import (
     ObservationReason,
     SignalNames,
     WatchInput,
+    recovery_query,
 )
 
 MAX_READS_PER_POLL = 8  # bounded catch-up per job per poll; the rest waits for the next poll
@@ -226,10 +227,7 @@ class WatchActivities:
 
     async def _running_workflow_submit_time(self, job: JobInfo) -> datetime | None:
         """After a restart of the watch without state: the key of the job's running workflow."""
-        query = (
-            f"WorkflowType = 'JobRecovery' AND JobId = '{_quote(job.job_id)}' "
-            f"AND Cluster = '{_quote(self._ctx.cluster)}' AND ExecutionStatus = 'Running'"
-        )
+        query = recovery_query(cluster=self._ctx.cluster, job_id=job.job_id)
         try:
             async for wf in self._client.list_workflows(query, limit=1):
                 stamp = wf.id.rsplit("-", 1)[-1]  # JobKey.workflow_id writes the submit time in UTC
@@ -426,10 +424,6 @@ class WatchActivities:
             return
         logger.info("job {} has an invalid opt-in, audited and ignored: {}", job.job_id, job.opt_in.invalid_reason)
         state.invalid_reported = (state.invalid_reported + [key])[-5000:]
-
-
-def _quote(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("'", "\\'")
 
 
 def _seq(now: datetime) -> int:

@@ -109,10 +109,11 @@ async def run_demo(settings: Settings, *, observe: bool, timeout_s: float = 300.
 async def _end_workflows(client, job_id: str | None) -> None:
     """Leave nothing of this demo running on its task queues (a later demo may run other code)."""
     from workflows.cluster_watch import watch_workflow_id
+    from workflows.messages import recovery_query
 
     ids = [watch_workflow_id(DEMO_CLUSTER)]
     if job_id is not None:
-        query = f"Cluster = '{DEMO_CLUSTER}' AND JobId = '{job_id}' AND ExecutionStatus = 'Running'"
+        query = recovery_query(cluster=DEMO_CLUSTER, job_id=job_id)
         ids += [wf.id async for wf in client.list_workflows(query)]
     for wid in ids:
         try:

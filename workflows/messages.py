@@ -59,6 +59,22 @@ class QueryNames:
     TIMELINE = "timeline"
 
 
+def recovery_query(*, cluster: str | None = None, job_id: str | None = None, running: bool = True) -> str:
+    """A Temporal visibility query for job recovery workflows (values quoted, so job data stays data)."""
+    parts = ["WorkflowType = 'JobRecovery'"]
+    if cluster is not None:
+        parts.append(f"Cluster = {_literal(cluster)}")
+    if job_id is not None:
+        parts.append(f"JobId = {_literal(job_id)}")
+    if running:
+        parts.append("ExecutionStatus = 'Running'")
+    return " AND ".join(parts)
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 class Phase(StrEnum):
     WATCHING = "watching"
     DETECTING = "detecting"

@@ -8,6 +8,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from workflows.messages import recovery_query
 from tests.workflows.harness import Scenario, WorkerProcess, cancel, unique
 
 
@@ -18,7 +19,7 @@ async def terminate_cluster_workflows(address: str, cluster: str) -> None:
     except RuntimeError:
         return  # a test's private server, already gone
     ids = [f"jobmedic-watch-{cluster}"]
-    async for wf in client.list_workflows(f"Cluster = '{cluster}' AND ExecutionStatus = 'Running'"):
+    async for wf in client.list_workflows(recovery_query(cluster=cluster)):
         ids.append(wf.id)
     for wid in ids:
         try:

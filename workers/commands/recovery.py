@@ -9,7 +9,7 @@ import signal
 import sys
 
 from workers.settings import Settings
-from workflows.messages import JobStatus, QueryNames, SignalNames
+from workflows.messages import JobStatus, QueryNames, SignalNames, recovery_query
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -98,13 +98,8 @@ async def _list_jobs(settings: Settings, *, cluster: str | None, include_closed:
     from workers.temporal_client import connect
 
     client = await connect(settings)
-    query = "WorkflowType = 'JobRecovery'"
-    if cluster:
-        query += f" AND Cluster = {json.dumps(cluster)}"
-    if not include_closed:
-        query += " AND ExecutionStatus = 'Running'"
     rows = []
-    async for wf in client.list_workflows(query):
+    async for wf in client.list_workflows(recovery_query(cluster=cluster or None, running=not include_closed)):
         sa = wf.search_attributes
         rows.append(
             {
@@ -152,11 +147,7 @@ async def resolve_workflow_id(client, settings: Settings, job: str, *, cluster: 
     """A workflow id as given, or the running recovery workflow of Slurm job `job`."""
     if job.startswith("jobmedic-"):
         return job
-    name = settings.cluster(cluster).name
-    query = (
-        f"WorkflowType = 'JobRecovery' AND JobId = {json.dumps(job)} AND Cluster = {json.dumps(name)} "
-        "AND ExecutionStatus = 'Running'"
-    )
+    query = recovery_query(cluster=settings.cluster(cluster).name, job_id=job)
     async for wf in client.list_workflows(query):
         return wf.id
     return None
