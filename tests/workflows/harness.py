@@ -203,6 +203,12 @@ def scontrol_job(job_id: str) -> dict[str, str]:
     return fields
 
 
+def slurm_state(job_id: str) -> tuple[str, int]:
+    """(JobState, Restarts) as Slurm shows them now."""
+    f = scontrol_job(job_id)
+    return f.get("JobState", "?"), int(f.get("Restarts", "0") or 0)
+
+
 def cancel(job_id: str) -> None:
     subprocess.run(["scancel", job_id], capture_output=True, timeout=30)
 

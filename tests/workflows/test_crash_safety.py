@@ -26,9 +26,10 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from tests.workflows.conftest import terminate_cluster_workflows
-from tests.workflows.harness import Scenario, WorkerProcess, scontrol_job, submit_training, wait_for
+from tests.workflows.harness import Scenario, WorkerProcess, scontrol_job, slurm_state, submit_training, wait_for
 from workers.devserver import start_dev_server
 from workflows.contracts import EventType
+from workflows.messages import recovery_query
 
 pytestmark = [pytest.mark.slurm, pytest.mark.temporal, pytest.mark.slow, pytest.mark.timeout(480)]
 
@@ -40,14 +41,11 @@ STAGES = {
 }
 
 
-def _state(job_id: str) -> tuple[str, int]:
-    f = scontrol_job(job_id)
-    return f.get("JobState", "?"), int(f.get("Restarts", "0") or 0)
 
 
 async def _running_activity(address: str, cluster: str, job_id: str, activity: str) -> bool:
     client = await Client.connect(address, data_converter=pydantic_data_converter)
-    async for wf in client.list_workflows(f"Cluster = '{cluster}' AND JobId = '{job_id}' AND ExecutionStatus = 'Running'"):
+    async for wf in client.list_workflows(recovery_query(cluster=cluster, job_id=job_id)):
         desc = await client.get_workflow_handle(wf.id).describe()
         for pending in desc.raw_description.pending_activities:
             if pending.activity_type.name == activity and pending.state == 2:  # STARTED
@@ -82,7 +80,7 @@ async def test_worker_killed_inside_a_stage_recovers_exactly_once(
     worker.kill9()
     replacement = WorkerProcess(scenario, name="worker2").start(fault_delays={})
     try:
-        await wait_for(lambda: _state(job_id) == ("COMPLETED", 1), timeout=180,
+        await wait_for(lambda: slurm_state(job_id) == ("COMPLETED", 1), timeout=180,
                        what=f"job {job_id} completed after exactly one restart")
         await wait_for(lambda: EventType.COMPLETED in scenario.kinds(job_id), timeout=30, what="completed entry")
         _assert_each_step_once(scenario, job_id)
@@ -108,7 +106,7 @@ async def test_temporal_server_restart_mid_recovery(tmp_path: Path, scenario: Sc
         server.wait(timeout=30)
         await asyncio.sleep(5)
         server = start_dev_server(data_dir=tmp_path / "temporal", address=address, ui_port=ui)
-        await wait_for(lambda: _state(job_id) == ("COMPLETED", 1), timeout=240, what="completed after one restart")
+        await wait_for(lambda: slurm_state(job_id) == ("COMPLETED", 1), timeout=240, what="completed after one restart")
         await wait_for(lambda: EventType.COMPLETED in scenario.kinds(job_id), timeout=60, what="completed entry")
         _assert_each_step_once(scenario, job_id)
     finally:
@@ -196,7 +194,7 @@ async def test_mysql_down_for_30s_mid_recovery_loses_no_audit_event(
         db.stop()  # the failure, detection, advice and actions all happen while the audit store is down
         await asyncio.sleep(30)
         db.start()
-        await wait_for(lambda: _state(job_id) == ("COMPLETED", 1), timeout=180, what="completed after one restart")
+        await wait_for(lambda: slurm_state(job_id) == ("COMPLETED", 1), timeout=180, what="completed after one restart")
         await wait_for(lambda: EventType.COMPLETED in scenario.kinds(job_id), timeout=90, what="completed entry")
         _assert_each_step_once(scenario, job_id)
     finally:
@@ -219,11 +217,11 @@ async def test_long_recovery_continues_as_new_and_keeps_its_state(
         worker.start()
         job_id = submit_training(scenario.tmp / "job", environment=scenario.environment, plan="xid,ok", fail_at=20)
         scenario.jobs.append(job_id)
-        await wait_for(lambda: _state(job_id) == ("COMPLETED", 1), timeout=180, what="completed after one restart")
+        await wait_for(lambda: slurm_state(job_id) == ("COMPLETED", 1), timeout=180, what="completed after one restart")
         await wait_for(lambda: EventType.COMPLETED in scenario.kinds(job_id), timeout=60, what="completed entry")
         _assert_each_step_once(scenario, job_id)
         client = await Client.connect(address, data_converter=pydantic_data_converter)
-        runs = [wf async for wf in client.list_workflows(f"JobId = '{job_id}'")]
+        runs = [wf async for wf in client.list_workflows(recovery_query(job_id=job_id, running=False))]
         assert len(runs) >= 2, [r.status for r in runs]  # the history was handed over at least once
         assert len({r.run_id for r in runs}) == len(runs)
     finally:
@@ -242,7 +240,7 @@ async def test_stop_in_the_middle_of_an_incident_only_undoes_jobmedics_hold(
     scenario.jobs.append(job_id)
     await wait_for(lambda: _running_activity(scenario.temporal_address, scenario.cluster, job_id, "attribute"),
                    timeout=120, what="attribute running", every=0.3)
-    assert _state(job_id)[0] == "PENDING"  # held before the decision
+    assert slurm_state(job_id)[0] == "PENDING"  # held before the decision
     assert scenario.cli("stop", job_id).returncode == 0
     await wait_for(lambda: EventType.STOPPED in scenario.kinds(job_id), timeout=60, what="stopped entry")
     entries = scenario.entries(job_id)
@@ -251,4 +249,4 @@ async def test_stop_in_the_middle_of_an_incident_only_undoes_jobmedics_hold(
     assert "stopped" in confirmed[-1][1]
     assert "ExcNodeList" not in scontrol_job(job_id) or scontrol_job(job_id)["ExcNodeList"] in {"", "(null)"}
     # back to normal scheduling: Slurm runs it again, without jobmedic
-    await wait_for(lambda: _state(job_id) == ("COMPLETED", 1), timeout=120, what="completed after release")
+    await wait_for(lambda: slurm_state(job_id) == ("COMPLETED", 1), timeout=120, what="completed after release")

@@ -18,6 +18,7 @@ from tests.workflows.harness import (
     Scenario,
     WorkerProcess,
     scontrol_job,
+    slurm_state,
     submit_training,
     wait_for,
 )
@@ -28,9 +29,6 @@ pytestmark = [pytest.mark.slurm, pytest.mark.temporal, pytest.mark.slow, pytest.
 TEMPORAL = str(Path(sys.executable).parent / "temporal")
 
 
-def _state(job_id: str) -> tuple[str, int]:
-    f = scontrol_job(job_id)
-    return f.get("JobState", "?"), int(f.get("Restarts", "0") or 0)
 
 
 def _submit(sc: Scenario, **kw) -> str:
@@ -48,7 +46,7 @@ def _second_node(job_id: str, sc: Scenario) -> str:
 async def test_host_naming_crash_is_recovered_on_other_nodes(scenario: Scenario, worker: WorkerProcess) -> None:
     worker.start()
     job_id = _submit(scenario, plan="xid,ok")
-    await wait_for(lambda: _state(job_id) == ("COMPLETED", 1), timeout=150, what=f"job {job_id} COMPLETED after 1 restart")
+    await wait_for(lambda: slurm_state(job_id) == ("COMPLETED", 1), timeout=150, what=f"job {job_id} COMPLETED after 1 restart")
     bad = _second_node(job_id, scenario)
     final = scontrol_job(job_id)
     assert bad in final.get("ExcNodeList", ""), final
@@ -81,8 +79,8 @@ async def test_observe_mode_records_advice_and_leaves_slurm_alone(scenario: Scen
         lambda: [e for e in scenario.entries(job_id) if e.event_type is EventType.ADVICE], timeout=120, what="advice"
     )
     assert advice[0].action == "restart_exclude" and advice[0].mode == "observe"
-    await wait_for(lambda: _state(job_id)[0] == "FAILED", timeout=30, what="FAILED")
-    assert _state(job_id) == ("FAILED", 0)
+    await wait_for(lambda: slurm_state(job_id)[0] == "FAILED", timeout=30, what="FAILED")
+    assert slurm_state(job_id) == ("FAILED", 0)
     kinds = scenario.kinds(job_id)
     assert EventType.ACTION_REQUESTED not in kinds and EventType.ACTION_CONFIRMED not in kinds
 
@@ -92,9 +90,9 @@ async def test_jobs_that_did_not_opt_in_are_never_touched(scenario: Scenario, wo
     plain = _submit(scenario, plan="xid,ok", comment="no opt-in here")
     foreign = _submit(scenario, plan="xid,ok", comment=json.dumps({"jobmedic": {"environment": "someone-else", "mode": "action"}}))
     witness = _submit(scenario, plan="xid,ok")  # proves the watch was looking while the others failed
-    await wait_for(lambda: _state(witness) == ("COMPLETED", 1), timeout=150, what="the opted-in witness recovered")
+    await wait_for(lambda: slurm_state(witness) == ("COMPLETED", 1), timeout=150, what="the opted-in witness recovered")
     for job_id in (plain, foreign):
-        assert _state(job_id) == ("FAILED", 0)
+        assert slurm_state(job_id) == ("FAILED", 0)
         assert scenario.entries(job_id) == []
 
 
@@ -110,7 +108,7 @@ async def test_same_application_error_twice_stops_the_job(scenario: Scenario, wo
     assert stopped[0].action == "stop"
     releases = [e for e in scenario.entries(job_id) if e.event_type is EventType.ACTION_CONFIRMED and e.action == "release"]
     assert len(releases) == 1  # restarted once; the second failure was held (restart count 2) and cancelled
-    state, restarts = _state(job_id)
+    state, restarts = slurm_state(job_id)
     assert state == "CANCELLED" and restarts == 2
 
 
@@ -124,14 +122,14 @@ async def test_no_new_checkpoint_across_attempts_stops_the_job(scenario: Scenari
     advice = [e for e in scenario.entries(job_id) if e.event_type is EventType.ADVICE]
     assert advice[-1].rule == "no_checkpoint_progress", [a.rule for a in advice]
     assert len(advice) == 2
-    assert _state(job_id) == ("CANCELLED", 2)  # one restart, then held for the decision and cancelled
+    assert slurm_state(job_id) == ("CANCELLED", 2)  # one restart, then held for the decision and cancelled
 
 
 async def test_hang_without_error_text_is_restarted(scenario: Scenario, worker: WorkerProcess) -> None:
     scenario.hang = {"floor_s": 4.0, "default_s": 4.0, "ceiling_s": 8.0}
     worker.start()
     job_id = _submit(scenario, plan="hang,ok", fail_at=15)
-    await wait_for(lambda: _state(job_id) == ("COMPLETED", 1), timeout=150, what="hung job restarted and completed")
+    await wait_for(lambda: slurm_state(job_id) == ("COMPLETED", 1), timeout=150, what="hung job restarted and completed")
     entries = scenario.entries(job_id)
     detection = [e for e in entries if e.event_type is EventType.DETECTION]
     assert len(detection) == 1 and detection[0].detail["incident"] == "hang", [e.outcome for e in detection]
@@ -143,7 +141,7 @@ async def test_hang_without_error_text_is_restarted(scenario: Scenario, worker: 
 async def test_pause_resume_and_stop_signals(scenario: Scenario, worker: WorkerProcess) -> None:
     worker.start()
     job_id = _submit(scenario, plan="xid,ok", fail_at=150, iterations=200)  # fails ~15 s in: time to pause first
-    await wait_for(lambda: _state(job_id)[0] == "RUNNING", timeout=60, what="RUNNING")
+    await wait_for(lambda: slurm_state(job_id)[0] == "RUNNING", timeout=60, what="RUNNING")
     tries: list[str] = []
 
     def pause() -> bool:
@@ -156,7 +154,7 @@ async def test_pause_resume_and_stop_signals(scenario: Scenario, worker: WorkerP
         lambda: [e for e in scenario.entries(job_id) if e.event_type is EventType.ADVICE], timeout=120, what="advice"
     )
     assert advice[0].mode == "observe"  # paused: advice only
-    assert _state(job_id) == ("FAILED", 0)
+    assert slurm_state(job_id) == ("FAILED", 0)
     assert EventType.ACTION_REQUESTED not in scenario.kinds(job_id)
     status = json.loads(scenario.cli("jobs", "--json").stdout)["jobs"]
     mine = [j for j in status if j["job_id"] == job_id]
@@ -172,7 +170,7 @@ async def test_pause_resume_and_stop_signals(scenario: Scenario, worker: WorkerP
                     "--name", "resume"], check=True, capture_output=True, timeout=30)
     assert scenario.cli("stop", job_id).returncode == 0
     await wait_for(lambda: EventType.STOPPED in scenario.kinds(job_id), timeout=30, what="stopped entry")
-    assert _state(job_id) == ("FAILED", 0)
+    assert slurm_state(job_id) == ("FAILED", 0)
 
 
 async def test_watchdog_releases_the_job_when_attribution_never_answers(
@@ -198,7 +196,7 @@ async def test_watchdog_releases_the_job_when_attribution_never_answers(
         assert (dog[0].timestamp - detection.timestamp).total_seconds() < 8.0 + 5.0
         assert EventType.ADVICE not in scenario.kinds(job_id)
         # released to normal scheduling: Slurm runs it again and it completes
-        await wait_for(lambda: _state(job_id)[0] == "COMPLETED", timeout=120, what="job completed after release")
+        await wait_for(lambda: slurm_state(job_id)[0] == "COMPLETED", timeout=120, what="job completed after release")
     finally:
         listener.close()
 
@@ -206,20 +204,20 @@ async def test_watchdog_releases_the_job_when_attribution_never_answers(
 async def test_dead_node_under_a_requeue_job_is_left_to_slurm(scenario: Scenario, worker: WorkerProcess, slurm_cluster) -> None:
     worker.start()
     job_id = _submit(scenario, plan="ok", iterations=400, requeue=True)
-    await wait_for(lambda: _state(job_id)[0] == "RUNNING", timeout=60, what="RUNNING")
+    await wait_for(lambda: slurm_state(job_id)[0] == "RUNNING", timeout=60, what="RUNNING")
     await wait_for(lambda: EventType.CHECKPOINT_SAVED in scenario.kinds(job_id), timeout=60, what="first checkpoint")
     victim = scontrol_job(job_id)["BatchHost"]
     subprocess.run([str(slurm_cluster.node_ctl), "kill", victim], check=True, capture_output=True, timeout=30)
     try:
         # Slurm notices the dead node, requeues the job itself (restart 1) and runs it elsewhere
-        await wait_for(lambda: _state(job_id) == ("RUNNING", 1), timeout=120, what="Slurm's own requeue")
+        await wait_for(lambda: slurm_state(job_id) == ("RUNNING", 1), timeout=120, what="Slurm's own requeue")
         advice = await wait_for(
             lambda: [e for e in scenario.entries(job_id) if e.event_type is EventType.ADVICE], timeout=60,
             what="advice on the Slurm requeue",
         )
         assert advice[0].action == "leave_to_slurm" and advice[0].rule.endswith("slurm_requeued"), advice[0]
         await asyncio.sleep(5)
-        assert _state(job_id)[1] == 1  # jobmedic never requeued it a second time
+        assert slurm_state(job_id)[1] == 1  # jobmedic never requeued it a second time
         assert EventType.ACTION_REQUESTED not in scenario.kinds(job_id) or all(
             e.action != "requeue_hold" for e in scenario.entries(job_id) if e.event_type is EventType.ACTION_REQUESTED
         )
@@ -246,7 +244,7 @@ async def test_dead_node_under_a_no_requeue_job_is_blamed_and_not_requeued(
         assert f"--exclude={victim}" in advice[0].outcome
         await wait_for(lambda: EventType.STOPPED in scenario.kinds(job_id), timeout=60, what="stopped entry")
         assert EventType.WATCHDOG not in scenario.kinds(job_id)
-        assert _state(job_id) == ("NODE_FAIL", 0)
+        assert slurm_state(job_id) == ("NODE_FAIL", 0)
     finally:
         subprocess.run([str(slurm_cluster.node_ctl), "start", victim], capture_output=True, timeout=30)
 
@@ -262,4 +260,4 @@ async def test_sustained_slowdown_is_reported_as_a_straggler(scenario: Scenario,
     assert found[0].timestamp is not None
     # a slow job is reported, not restarted
     assert EventType.ACTION_REQUESTED not in scenario.kinds(job_id)
-    await wait_for(lambda: _state(job_id) == ("COMPLETED", 0), timeout=120, what="job completed untouched")
+    await wait_for(lambda: slurm_state(job_id) == ("COMPLETED", 0), timeout=120, what="job completed untouched")
