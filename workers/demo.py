@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from loguru import logger
 
 from adapters.errors import JobmedicError
 from workers.settings import ClusterSettings, Settings
@@ -76,7 +75,7 @@ def _say(text: str) -> None:
 async def run_demo(settings: Settings, *, observe: bool, timeout_s: float = 300.0) -> DemoOutcome:
     from adapters.audit.factory import build_audit_store
     from adapters.slurm.factory import build_slurm_client
-    from workers.temporal_client import connect
+    from workers.temporal_client import connect, end_cluster_workflows
     from workers.worker import run_worker
 
     environment = f"{DEMO_ENVIRONMENT}-{datetime.now():%H%M%S%f}"
@@ -103,23 +102,8 @@ async def run_demo(settings: Settings, *, observe: bool, timeout_s: float = 300.
     finally:
         stop.set()
         await asyncio.gather(worker, return_exceptions=True)
-        await _end_workflows(client, job_id)
-
-
-async def _end_workflows(client, job_id: str | None) -> None:
-    """Leave nothing of this demo running on its task queues (a later demo may run other code)."""
-    from workflows.cluster_watch import watch_workflow_id
-    from workflows.messages import recovery_query
-
-    ids = [watch_workflow_id(DEMO_CLUSTER)]
-    if job_id is not None:
-        query = recovery_query(cluster=DEMO_CLUSTER, job_id=job_id)
-        ids += [wf.id async for wf in client.list_workflows(query)]
-    for wid in ids:
-        try:
-            await client.get_workflow_handle(wid).terminate("demo finished")
-        except Exception as exc:  # noqa: BLE001 - already closed
-            logger.debug("demo workflow {} not terminated: {}", wid, exc)
+        # leave nothing of this demo on its task queues (a later demo may run other code)
+        await end_cluster_workflows(client, DEMO_CLUSTER, job_id=job_id, reason="demo finished")
 
 
 async def _submit(slurm, workdir: Path, *, observe: bool, environment: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from loguru import logger
 from temporalio.service import RPCError
 
 from adapters.errors import JobmedicError
@@ -12,6 +13,20 @@ from workers.settings import Settings
 
 class TemporalUnreachable(JobmedicError):
     retryable = True
+
+
+async def end_cluster_workflows(client: Client, cluster: str, *, job_id: str | None = None, reason: str) -> None:
+    """Terminate a cluster's watch and its running job workflows (only `job_id`'s, when given)."""
+    from workflows.cluster_watch import watch_workflow_id
+    from workflows.messages import recovery_query
+
+    ids = [watch_workflow_id(cluster)]
+    ids += [wf.id async for wf in client.list_workflows(recovery_query(cluster=cluster, job_id=job_id))]
+    for wid in ids:
+        try:
+            await client.get_workflow_handle(wid).terminate(reason)
+        except RPCError as exc:  # already closed
+            logger.debug("workflow {} not terminated: {}", wid, exc)
 
 
 async def connect(settings: Settings) -> Client:

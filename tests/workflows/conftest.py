@@ -8,7 +8,8 @@ import pytest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from workflows.messages import recovery_query
+from workers.temporal_client import end_cluster_workflows
+
 from tests.workflows.harness import Scenario, WorkerProcess, cancel, unique
 
 
@@ -18,14 +19,7 @@ async def terminate_cluster_workflows(address: str, cluster: str) -> None:
         client = await Client.connect(address, data_converter=pydantic_data_converter)
     except RuntimeError:
         return  # a test's private server, already gone
-    ids = [f"jobmedic-watch-{cluster}"]
-    async for wf in client.list_workflows(recovery_query(cluster=cluster)):
-        ids.append(wf.id)
-    for wid in ids:
-        try:
-            await client.get_workflow_handle(wid).terminate("test finished")
-        except Exception:  # noqa: BLE001 - already closed
-            pass
+    await end_cluster_workflows(client, cluster, reason="test finished")
 
 
 @pytest.fixture
