@@ -445,27 +445,8 @@ class JobRecoveryWorkflow:
             now=now,
             systemic=systemic,
             max_attempts_override=self._inp.opt_in.max_attempts,
+            slurm_requeued=incident == "slurm_requeue",
         )
-        restart = advice.action in {AdviceAction.RESTART, AdviceAction.RESTART_EXCLUDE, AdviceAction.RESTART_DRAIN}
-        if incident == "slurm_requeue" and (restart or advice.action is AdviceAction.NOTHING):
-            # Slurm already requeued the job: never requeue it a second time; keep only the exclusion
-            advice = advice.model_copy(
-                update={
-                    "action": AdviceAction.LEAVE_TO_SLURM,
-                    "rule": f"{advice.rule}+slurm_requeued",
-                    "reason": f"Slurm requeued the job itself; {advice.reason}",
-                }
-            )
-        elif restart and job.requeue_allowed is False:
-            nodes = ", ".join(advice.exclude_nodes)
-            advice = Advice(
-                action=AdviceAction.STOP,
-                rule=f"{advice.rule}+requeue_not_allowed",
-                reason=(
-                    f"{advice.reason}; but the job was submitted with --no-requeue, so Slurm will not requeue it: "
-                    "resubmit it" + (f" with --exclude={nodes}" if nodes else "")
-                ),
-            )
         return advice
 
     async def _act(

@@ -59,7 +59,18 @@ Restarts:
 18. unknown_cause_restart: anything else -> RESTART, excluding nothing.
 
 Exclusion lists only ever hold hosts the current verdict implicates; STOP,
-HOLD, NOTHING and LEAVE_TO_SLURM never carry exclude or drain lists.
+HOLD, NOTHING and LEAVE_TO_SLURM never carry exclude or drain lists, except
+the one below.
+
+Scheduler constraints, applied to the advice of the rules (the rule id gets a
+suffix, the reason says why):
+- `+slurm_requeued`: Slurm already requeued the job itself (`slurm_requeued`)
+  and the advice was a restart or nothing -> LEAVE_TO_SLURM, never a second
+  requeue; the exclusion list is kept (the workflow applies it while the job
+  is pending).
+- `+requeue_not_allowed`: a restart for a job submitted with `--no-requeue`
+  (Slurm refuses to requeue it) -> STOP, advising a resubmission that
+  excludes the implicated hosts.
 """
 
 from __future__ import annotations
@@ -484,6 +495,7 @@ def decide(
     now: datetime,
     systemic: SystemicView | None = None,
     max_attempts_override: int | None = None,
+    slurm_requeued: bool = False,
 ) -> Advice:
     """Advise what to do about the failure `verdict` describes, by the first rule that applies.
 
@@ -497,6 +509,7 @@ def decide(
             None when unknown (the systemic rule then never fires).
         max_attempts_override: an attempt budget that beats the job's opt-in
             and the config.
+        slurm_requeued: Slurm requeued the job itself after this failure.
 
     Returns:
         The advice, with the rule that fired and a reason an operator can read.
@@ -507,8 +520,32 @@ def decide(
     for rule in _RULES:
         advice = rule(facts)
         if advice is not None:
-            return advice
+            return _scheduler_constraints(advice, job, slurm_requeued=slurm_requeued)
     raise AssertionError("unreachable: the last rule always advises")
+
+
+def _scheduler_constraints(advice: Advice, job: JobInfo, *, slurm_requeued: bool) -> Advice:
+    """What Slurm has done or will refuse overrides a restart (see the module docstring)."""
+    restart = advice.action in _RESTARTS
+    if slurm_requeued and (restart or advice.action is AdviceAction.NOTHING):
+        return advice.model_copy(
+            update={
+                "action": AdviceAction.LEAVE_TO_SLURM,
+                "rule": f"{advice.rule}+slurm_requeued",
+                "reason": f"Slurm requeued the job itself; {advice.reason}",
+            }
+        )
+    if restart and job.requeue_allowed is False:
+        nodes = ", ".join(advice.exclude_nodes)
+        return Advice(
+            action=AdviceAction.STOP,
+            rule=f"{advice.rule}+requeue_not_allowed",
+            reason=(
+                f"{advice.reason}; but the job was submitted with --no-requeue, so Slurm will not requeue it: "
+                "resubmit it" + (f" with --exclude={nodes}" if nodes else "")
+            ),
+        )
+    return advice
 
 
 def is_restart(action: AdviceAction) -> bool:
