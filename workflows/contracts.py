@@ -206,6 +206,7 @@ class JobInfo(Contract):
     stderr_path: str = ""
     work_dir: str = ""
     comment: str = ""
+    admin_comment: str = ""  # operators' field; jobmedic's ownership mark lives here (adapters/slurm/ownership.py)
     num_tasks: int | None = None
     num_nodes: int | None = None
     layout: TaskLayout = Field(default_factory=TaskLayout)
@@ -226,6 +227,8 @@ class NodeInfo(Contract):
     state: str = "UNKNOWN"
     flags: list[str] = Field(default_factory=list)
     reason: str = ""
+    addr: str = ""  # NodeAddr: logs often name a node by its address only
+    hostname: str = ""  # NodeHostName (often the FQDN); the short and long forms both map to `name`
     reason_user: str = ""
     reason_time: datetime | None = None
 
@@ -282,6 +285,7 @@ class Category(StrEnum):
     APP_ERROR = "app_error"
     DATA_IO = "data_io"
     HOST_OOM = "host_oom"
+    UNKNOWN = "unknown"  # the job failed and nothing says why (exit code and last lines as evidence)
     NONE = "none"
 
 

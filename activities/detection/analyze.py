@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from activities.detection import fallback
 from activities.detection.catalogue import Catalogue, load_catalogue
 from activities.detection.verdict import attribute_lines, screener_for
 from adapters.errors import ParseError
@@ -23,6 +24,9 @@ from workflows.contracts import JobEvidence, JobInfo, Progress, TaskLayout, Verd
 CHUNK_BYTES = 4 << 20
 MAX_LINE_BYTES = 16 << 20  # a longer line is screened piecewise
 HEAD_LINES = 2000
+TAIL_BYTES = 256 << 10  # the end of the file kept for the fallbacks (the last lines, flagged or not)
+TAIL_LINES_KEPT = fallback.TAIL_LINES
+MAX_TAIL_LINE = 16384
 TAIL_LINES = 8000
 
 
@@ -42,6 +46,7 @@ class FileScan:
     line_count: int = 0
     byte_count: int = 0
     progress: Progress | None = None
+    tail: list[tuple[int, str]] = field(default_factory=list)  # the last lines, flagged or not
 
 
 def parse_layout(text: str) -> TaskLayout:
@@ -75,9 +80,11 @@ def scan_stream(stream: BinaryIO, *, catalogue: Catalogue | None = None) -> File
     line_no = 1
     pending = b""
     in_long_line = False  # inside a line longer than MAX_LINE_BYTES, already counted
+    last = b""  # the stream's last bytes, for the lines the fallbacks read
     while True:
         block = stream.read(CHUNK_BYTES)
         out.byte_count += len(block)
+        last = (last + block)[-TAIL_BYTES:]
         data = pending + block if pending else block
         if not block:
             if data:
@@ -100,10 +107,26 @@ def scan_stream(stream: BinaryIO, *, catalogue: Catalogue | None = None) -> File
         line_no += newlines
         in_long_line = False
     out.line_count = line_no - 1
+    out.tail = _tail_lines(last, out.line_count)
     keep = set(head) | set(tail)
     out.lines = {n: t for n, t in out.lines.items() if n in keep}
     out.hits = [h for h in out.hits if h.line_no in keep]
     return out
+
+
+def _tail_lines(last: bytes, line_count: int) -> list[tuple[int, str]]:
+    """The last `fallback.TAIL_LINES` lines of the stream, numbered (a partial first line is dropped)."""
+    if not last:
+        return []
+    text = last.decode("utf-8", "replace").replace("\x00", "")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if len(last) >= TAIL_BYTES and len(lines) > 1:
+        lines = lines[1:]  # cut at the window's start
+    lines = [line[:MAX_TAIL_LINE] for line in lines[-TAIL_LINES_KEPT:]]
+    first = line_count - len(lines) + 1
+    return [(first + i, line.rstrip("\r")) for i, line in enumerate(lines)]
 
 
 def _screen(screener: object, data: bytes, first_line_no: int, out: FileScan, head: list[int], tail: deque[int]) -> int:
@@ -157,7 +180,7 @@ def attribute_scan(
     """The verdict for what a streaming pass kept."""
     evidence = evidence_for(scan, layout=layout, job=job)
     numbered = sorted(scan.lines.items())
-    return attribute_lines(evidence, numbered, catalogue=catalogue, hits=scan.hits)
+    return attribute_lines(evidence, numbered, catalogue=catalogue, hits=scan.hits, tail=scan.tail)
 
 
 def evidence_for(scan: FileScan, *, layout: TaskLayout | None = None, job: JobInfo | None = None) -> JobEvidence:

@@ -46,6 +46,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from activities.detection.catalogue import Catalogue, PatternSpec, load_catalogue
+from activities.detection import fallback
+from activities.detection.hosts import NodeMap, mentioned_ips
 from activities.detection.xid import xid_info
 from workflows.contracts import (
     Category,
@@ -250,6 +252,7 @@ class Signal:
     note: str = ""
     text: str = ""  # the line without prefixes (for the signature)
     order: int = 0  # position in the log (scheduler facts come last)
+    peers: list[str] = field(default_factory=list)  # other nodes the line names (a link's far end, a peer)
 
     @property
     def strong(self) -> bool:
@@ -257,6 +260,7 @@ class Signal:
 
 
 _EXCEPTION_PATTERNS = {"python_exception", "python_exception_qualified"}
+_FALLBACK_PATTERNS = {"fallback_uncaught_exception", "fallback_fatal_signal", "fallback_unknown"}
 _GENERIC = _EXCEPTION_PATTERNS | {"cuda_error_generic", "nccl_error_generic", "connection_reset_generic"}
 _STRUCTURE = {"python_traceback", "elastic_failure_field"}
 # exception types that report a failure elsewhere rather than being one
@@ -286,13 +290,50 @@ class _Builder:
         hosts = list(job.nodes) if job else []
         if job:
             hosts += [h for h in job.layout.nodes if h not in hosts]
-        self.known_hosts = frozenset(hosts)
+        self.nodemap = NodeMap.build(hosts, evidence.nodes)
+        self.job_hosts = frozenset(hosts)  # the job's own nodes (empty when unknown)
+        self.known_hosts = self.nodemap.names  # every node the evidence can name
+        self.spellings = frozenset(self.nodemap.aliases)  # node names, FQDNs and addresses
         self.layout = job.layout if job else None
         self.signals: list[Signal] = []
         self.benign_lines = 0
         self.elastic: list[dict[str, str]] = []  # torchrun failure summaries, in order
         self.tracebacks: dict[tuple, int] = {}  # source key -> line of the last "Traceback" start
         self.rank_host: dict[int, str] = {}  # learnt from lines naming both
+        self.tail: list[tuple[int, str]] = []  # the last lines of the output, flagged or not
+
+    # --------------------------------------------------------------- the end of the output
+
+    def _strip(self, line: str) -> str:
+        return parse_context(line, known_hosts=self.spellings).text
+
+    def fallback_signal(self, found: fallback.Fallback, pattern_id: str) -> Signal:
+        """A fallback finding as a signal, with the host and rank its line's prefixes give."""
+        raw = dict(self.tail).get(found.line_no, found.line) if found.line_no is not None else found.line
+        ctx = parse_context(raw, known_hosts=self.spellings) if found.line_no is not None else LineContext()
+        return Signal(
+            category=found.category, fault_domain=found.fault_domain, severity="error", role="cause",
+            condemns=False, source="log" if found.line_no is not None else "scheduler", line=raw,
+            line_no=found.line_no, pattern_id=pattern_id, host=self._norm_host(ctx.host), task=ctx.task,
+            rank=ctx.rank, note=found.note, text=found.signature_text, order=10**7,
+        )
+
+    def ending_exception(self) -> Signal | None:
+        found = fallback.ends_in_exception(self.tail, self._strip)
+        if found is None:
+            return None
+        short = found.signature_text.rsplit(".", 1)[-1]
+        if short in _SYMPTOM_EXCEPTIONS:
+            return None  # a launcher reporting a failure elsewhere
+        return self.fallback_signal(found, "fallback_uncaught_exception")
+
+    def fatal_signal(self) -> Signal | None:
+        found = fallback.fatal_signal(self.tail, self.evidence.job, self._strip)
+        return self.fallback_signal(found, "fallback_fatal_signal") if found is not None else None
+
+    def unknown(self) -> Signal:
+        return self.fallback_signal(fallback.unknown_failure(self.tail, self.evidence.job, self._strip),
+                                    "fallback_unknown")
 
     # --------------------------------------------------------------- log lines
 
@@ -319,7 +360,7 @@ class _Builder:
         specs = [s for s in specs if not s.benign]
         if not specs:
             return
-        ctx = parse_context(line, known_hosts=self.known_hosts)
+        ctx = parse_context(line, known_hosts=self.spellings)
         key = (ctx.host, ctx.task, ctx.rank)
         specific = [s for s in specs if s.id not in _GENERIC and s.id not in _STRUCTURE]
         if specific:
@@ -349,6 +390,10 @@ class _Builder:
             host=self._norm_host(fields.get("host") or ctx.host), task=ctx.task, rank=ctx.rank,
             fields=fields, text=ctx.text, order=order,
         )
+        named = self._named_hosts(ctx.text)
+        if sig.host is None and named:
+            sig.host = named[0]  # "... on instance gpu-b17", "Node failure on node12", "peer 10.1.0.7"
+        sig.peers = [h for h in named if h != sig.host]
         if "rank" in fields:
             sig.rank = int(fields["rank"])
         if "tasks" in fields:
@@ -406,13 +451,14 @@ class _Builder:
         return 93
 
     def _norm_host(self, host: str | None) -> str | None:
-        if not host:
-            return None
-        if self.known_hosts and host not in self.known_hosts:
-            short = host.split(".", 1)[0]
-            if short in self.known_hosts:
-                return short
-        return host
+        return self.nodemap.normalise(host)
+
+    def _named_hosts(self, text: str) -> list[str]:
+        """Nodes a line names outside its prefixes: known spellings, else (offline) bare IP addresses."""
+        named = self.nodemap.mentioned(text)
+        if not named and not self.nodemap:
+            named = mentioned_ips(text)
+        return named
 
     # --------------------------------------------------------------- torchrun summaries
 
@@ -481,7 +527,7 @@ class _Builder:
                  described + " (the application asked not to be restarted)", role="cause")
 
     def add_nodes(self, nodes: Sequence[NodeInfo]) -> None:
-        job_nodes = self.known_hosts
+        job_nodes = self.job_hosts
         for node in nodes:
             if job_nodes and node.name not in job_nodes:
                 continue
@@ -533,8 +579,8 @@ class _Builder:
                 sig.host = self.layout.node_of_rank(sig.task)
             if not sig.host and sig.rank is not None:
                 sig.host = self.rank_host.get(sig.rank) or self._host_of_rank(sig.rank, world)
-            if not sig.host and len(self.known_hosts) == 1 and sig.source == "log":
-                sig.host = next(iter(self.known_hosts))
+            if not sig.host and len(self.job_hosts) == 1 and sig.source == "log":
+                sig.host = next(iter(self.job_hosts))
 
     def host_of_rank(self, rank: int) -> str | None:
         ranks = [s.rank for s in self.signals if s.rank is not None]
@@ -577,7 +623,7 @@ _SYMPTOM_ORDER = (
     Category.CUDA_ERROR, Category.APP_ERROR, Category.INTERCONNECT, Category.NCCL_ERROR, Category.NCCL_TIMEOUT,
     Category.GPU_HARDWARE, Category.HANG, Category.TIME_LIMIT,
 )
-_SIGNED = {Category.APP_ERROR, Category.CUDA_ERROR, Category.GPU_OOM, Category.DATA_IO}
+_SIGNED = {Category.APP_ERROR, Category.CUDA_ERROR, Category.GPU_OOM, Category.DATA_IO, Category.UNKNOWN}
 
 
 @dataclass
@@ -596,6 +642,13 @@ def _choose(b: _Builder, evidence: JobEvidence) -> _Choice:
     strong = [s for s in sigs if s.strong and s.role in ("cause", "scheduler")]
     job = evidence.job
     job_failed = job is not None and (job.state.failed or (job.exit_code or 0) != 0)
+    job_fine = job is not None and not job_failed and job.state in (JobState.COMPLETED, JobState.RUNNING)
+    ending = None if job_fine else b.ending_exception()
+    killed = None if job_fine else b.fatal_signal()
+    # the log itself says a process died: its output ends in an exception, a signal, a launcher's failure report
+    log_failed = ending is not None or killed is not None or any(
+        s.pattern_id in _DEATH_REPORTS or (s.pattern_id == "elastic_failure_field") for s in sigs)
+    job_failed = job_failed or (job is None and log_failed) or bool(b.elastic and not job_fine)
 
     # 1. condemning hardware/node evidence
     condemning = [s for s in strong if s.condemns]
@@ -672,7 +725,17 @@ def _choose(b: _Builder, evidence: JobEvidence) -> _Choice:
                            why="progress had stopped before the time limit ended the job")
         return _Choice(Category.TIME_LIMIT, sched[Category.TIME_LIMIT], 0.9)
 
-    # 7. symptoms only (and, for a job known to have failed, warnings)
+    # 7. the output ends in an uncaught exception: what the process died of
+    if ending is not None and before_cutoff(ending):
+        b.signals.append(ending)
+        return _Choice(Category.APP_ERROR, [ending], 0.65, why="nothing more specific is in the log")
+
+    # 8. a process killed by a signal (SIGSEGV, SIGKILL, SIGABRT, ...)
+    if killed is not None and before_cutoff(killed):
+        b.signals.append(killed)
+        return _Choice(killed.category, [killed], 0.6, why="only the way the process died is known")
+
+    # 9. symptoms only (and, for a job known to have failed, warnings)
     weak = [s for s in sigs if s.role in ("symptom", "cause") and s.severity in ("fatal", "error")]
     if not job_failed:
         weak = [s for s in weak if not _ambiguous(s)]
@@ -688,10 +751,19 @@ def _choose(b: _Builder, evidence: JobEvidence) -> _Choice:
                 return choice
             return _Choice(cat, chosen, 0.5, why="only indirect signs point this way")
 
-    # 8. a hang without words
+    # 10. a hang without words
     if evidence.hang_suspected:
         return _Choice(Category.HANG, [_hang_fact(evidence)], 0.6, hosts=sorted(set(evidence.straggler_hosts)))
+    # 11. a failed job is never "nothing": say that the cause is unknown, with what the end of the output shows
+    if job_failed:
+        unknown = b.unknown()
+        b.signals.append(unknown)
+        return _Choice(Category.UNKNOWN, [unknown], 0.3, why="the job failed and no known failure explains it")
     return _Choice(Category.NONE, [], 0.0)
+
+
+# launcher lines that report a worker's death (the cause is elsewhere, but something died)
+_DEATH_REPORTS = {"elastic_child_failed", "elastic_worker_failed", "srun_task_exit_code"}
 
 
 # symptoms that also show up in healthy runs (HTTP retries, handled exceptions, chatter about nodes)
@@ -763,8 +835,8 @@ def _nccl_timeout_choice(b: _Builder, timeouts: list[Signal], evidence: JobEvide
         h = b.host_of_rank(r)
         if h:
             hosts.add(h)
-    if not suspects and len(hosts_reporting) >= 2 and len(b.known_hosts) > len(hosts_reporting):
-        silent_hosts = set(b.known_hosts) - hosts_reporting
+    if not suspects and len(hosts_reporting) >= 2 and len(b.job_hosts) > len(hosts_reporting):
+        silent_hosts = set(b.job_hosts) - hosts_reporting
         if len(silent_hosts) == 1:
             hosts |= silent_hosts
     why = ""
@@ -818,6 +890,8 @@ def _signature(category: Category, primary: Signal | None, hosts: Iterable[str])
     if category not in _SIGNED or primary is None:
         return None
     text = primary.note if primary.pattern_id in _EXCEPTION_PATTERNS and primary.note else (primary.text or primary.line)
+    if primary.pattern_id in _FALLBACK_PATTERNS:
+        text = primary.text  # the exception type, the signal, or the exit code and last line
     norm = normalise_error_text(text, hosts=hosts)
     if not norm:
         return None
@@ -840,15 +914,18 @@ def attribute_lines(
     *,
     catalogue: Catalogue | None = None,
     hits: Iterable[_HitLike] | None = None,
+    tail: Sequence[tuple[int, str]] | None = None,
 ) -> Verdict:
     """Like `attribute`, for a sparse set of (line number, line) pairs, e.g. only the flagged lines of a big file.
 
-    `evidence.log_lines` is ignored here. Pass `hits` when the lines were screened already.
+    `evidence.log_lines` is ignored here. Pass `hits` when the lines were screened already, and `tail`
+    (the last lines of the output, flagged or not) when `numbered_lines` holds only flagged lines.
     """
     catalogue = catalogue or load_catalogue()
     if hits is None:
         hits = _screen_numbered(catalogue, numbered_lines)
     b = _Builder(evidence, catalogue)
+    b.tail = [(n, line[:MAX_LINE]) for n, line in (numbered_lines[-fallback.TAIL_LINES:] if tail is None else tail)]
     b.add_log(numbered_lines, hits)
     b.add_elastic()
     if evidence.job is not None:
@@ -904,6 +981,14 @@ def _verdict(b: _Builder, choice: _Choice, evidence: JobEvidence, catalogue: Cat
             ranks.add(s.rank)
         if s.gpu and cat in (Category.GPU_HARDWARE, Category.CUDA_ERROR, Category.GPU_OOM, Category.INTERCONNECT):
             gpus.add(s.gpu)
+    if cat in (Category.INTERCONNECT, Category.NCCL_ERROR, Category.NCCL_TIMEOUT) and any(s.peers for s in sigs):
+        blamed, why = _link_blame(sigs, b.signals)
+        if blamed and (cat == Category.INTERCONNECT or not hosts):
+            if cat == Category.INTERCONNECT:
+                hosts = set(blamed)
+            else:
+                hosts |= set(blamed)
+            choice.why = (choice.why + "; " if choice.why else "") + why
     if not hosts and _implicates_hosts(cat, domain) and cat != Category.HANG:
         root = b.elastic_root()
         if root is not None and root[0]:
@@ -915,7 +1000,7 @@ def _verdict(b: _Builder, choice: _Choice, evidence: JobEvidence, catalogue: Cat
     if cat in (Category.NODE_FAILURE,) and not hosts:
         hosts |= {s.host for s in b.signals if s.source == "node" and s.category == cat and s.host}
     if cat in (Category.NCCL_TIMEOUT, Category.NCCL_ERROR, Category.HANG, Category.INTERCONNECT) and not hosts:
-        repeat = [h for h in sorted(b.known_hosts) if evidence.node_failure_counts.get(h, 0) >= 2]
+        repeat = [h for h in sorted(b.job_hosts) if evidence.node_failure_counts.get(h, 0) >= 2]
         if len(repeat) == 1:
             hosts.add(repeat[0])
             choice.why = (choice.why + "; " if choice.why else "") + (
@@ -932,6 +1017,37 @@ def _verdict(b: _Builder, choice: _Choice, evidence: JobEvidence, catalogue: Cat
         explanation=explanation,
         deterministic_signature=_signature(cat, primary, b.known_hosts | hosts),
     )
+
+
+def _link_blame(sigs: list[Signal], everything: list[Signal]) -> tuple[list[str], str]:
+    """Which end of a failed link the evidence points to.
+
+    Each line that names a peer is one vote (reporter, peer). A node named as the peer by two or
+    more reporters is the common end; a reporter that lost two or more different peers is itself
+    the broken end; a single pair blames the far end, since the reporter is the one still alive to
+    complain, unless the reporter's own device errors are in the log too.
+    """
+    pairs = {(s.host, p) for s in sigs for p in s.peers if s.host != p}
+    if not pairs:
+        return [], ""
+    as_peer: dict[str, set] = {}
+    as_reporter: dict[str, set] = {}
+    for reporter, peer in pairs:
+        as_peer.setdefault(peer, set()).add(reporter)
+        if reporter:
+            as_reporter.setdefault(reporter, set()).add(peer)
+    common = sorted(p for p, who in as_peer.items() if len(who) >= 2)
+    if common:
+        return common, f"{', '.join(common)} is the far end named by {max(len(as_peer[p]) for p in common)} reporting nodes"
+    broken = sorted(r for r, peers in as_reporter.items() if len(peers) >= 2)
+    if broken:
+        return broken, f"{', '.join(broken)} lost its links to several peers: the fault is on its side"
+    reporter, peer = sorted(pairs, key=lambda p: (p[0] or "", p[1]))[0]
+    local_device = [s for s in everything if s.host == reporter and s.condemns]
+    if reporter and local_device:
+        return [reporter], f"{reporter} reports device errors of its own; {peer} is the far end of its failed link"
+    where = f" from {reporter}" if reporter else ""
+    return [peer], f"the failed link{where} points to its far end {peer}"
 
 
 def _implicates_hosts(cat: Category, domain: FaultDomain) -> bool:

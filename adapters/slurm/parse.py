@@ -150,6 +150,7 @@ def job_from_json(raw: Any, *, cluster: str = "", opt_in_max_bytes: int = 4096) 
         stderr_path=expand_output_path(stderr_pattern, **path_fields),
         work_dir=work_dir,
         comment=comment,
+        admin_comment=_text(raw.get("admin_comment")),
         num_tasks=number(raw.get("tasks")),
         num_nodes=number(raw.get("node_count")),
         layout=task_layout(raw, nodes),
@@ -350,6 +351,8 @@ def node_from_json(raw: Any) -> NodeInfo:
         reason=_text(raw.get("reason")),
         reason_user=_text(raw.get("reason_set_by_user")),
         reason_time=epoch(raw.get("reason_changed_at")),
+        addr=_text(raw.get("address")),
+        hostname=_text(raw.get("hostname")),
     )
 
 
