@@ -19,7 +19,7 @@ from activities.detection.catalogue import Catalogue, load_catalogue
 from activities.detection.verdict import attribute_lines, screener_for
 from adapters.errors import ParseError
 from adapters.slurm.hostlist import expand
-from workflows.contracts import JobEvidence, JobInfo, Progress, TaskLayout, Verdict
+from workflows.contracts import JobEvidence, JobInfo, NodeInfo, Progress, TaskLayout, Verdict
 
 CHUNK_BYTES = 4 << 20
 MAX_LINE_BYTES = 16 << 20  # a longer line is screened piecewise
@@ -162,6 +162,7 @@ def analyze_file(
     *,
     layout: TaskLayout | None = None,
     job: JobInfo | None = None,
+    nodes: list[NodeInfo] | None = None,
     catalogue: Catalogue | None = None,
 ) -> tuple[Verdict, FileScan]:
     """Screen one file (`-` is standard input) and attribute it. Raises OSError when it cannot be read."""
@@ -171,14 +172,20 @@ def analyze_file(
     else:
         with open(path, "rb") as stream:
             scan = scan_stream(stream, catalogue=catalogue)
-    return attribute_scan(scan, layout=layout, job=job, catalogue=catalogue), scan
+    return attribute_scan(scan, layout=layout, job=job, nodes=nodes, catalogue=catalogue), scan
 
 
 def attribute_scan(
-    scan: FileScan, *, layout: TaskLayout | None = None, job: JobInfo | None = None, catalogue: Catalogue | None = None
+    scan: FileScan,
+    *,
+    layout: TaskLayout | None = None,
+    job: JobInfo | None = None,
+    nodes: list[NodeInfo] | None = None,
+    catalogue: Catalogue | None = None,
 ) -> Verdict:
-    """The verdict for what a streaming pass kept."""
+    """The verdict for what a streaming pass kept; `nodes` is the node map (names, addresses, FQDNs)."""
     evidence = evidence_for(scan, layout=layout, job=job)
+    evidence.nodes = list(nodes or [])
     numbered = sorted(scan.lines.items())
     return attribute_lines(evidence, numbered, catalogue=catalogue, hits=scan.hits, tail=scan.tail)
 

@@ -1005,6 +1005,8 @@ def _verdict(b: _Builder, choice: _Choice, evidence: JobEvidence, catalogue: Cat
             hosts.add(repeat[0])
             choice.why = (choice.why + "; " if choice.why else "") + (
                 f"{repeat[0]} failed {evidence.node_failure_counts[repeat[0]]} other jobs recently")
+    if hosts:  # a GPU is evidence on a blamed node; the far end's view of its own device is not
+        gpus = {g for g in gpus if g.split(":", 1)[0] in hosts or ":" not in g}
     confidence = _confidence(choice, b, evidence, hosts)
     evidence_lines = _evidence_lines(cat, sigs, b)
     explanation = _explain(cat, domain, primary, choice, sigs, b, evidence, sorted(hosts), sorted(ranks), catalogue)

@@ -105,3 +105,66 @@ def test_line_numbers_survive_chunk_boundaries(tmp_path):
     assert scan.line_count == 60_001
     assert verdict.category.value == "gpu_hardware"
     assert verdict.evidence[0].line_no == 60_001 and verdict.implicated.hosts == ["cn7"]
+
+
+IB_PEER_LOG = (
+    "iteration 5\n"
+    "[2026-01-01 10:00:00] gpu-b16:1234:1300 [0] NCCL WARN NET/IB : Got completion from peer 10.20.1.17<43211> "
+    "with error 12, opcode 0, len 0, vendor err 129\n"
+    "RuntimeError: NCCL communicator was aborted\n"
+)
+
+
+@pytest.mark.parametrize(
+    "node_file",
+    [
+        "gpu-b16 10.20.1.16 gpu-b16.hpc.example.org\ngpu-b17 10.20.1.17  # the far end\n",
+        json.dumps([{"name": "gpu-b16", "addr": "10.20.1.16"}, {"name": "gpu-b17", "addr": "10.20.1.17"}]),
+        json.dumps({"nodes": [{"name": "gpu-b17", "address": "10.20.1.17", "hostname": "gpu-b17", "state": ["IDLE"]}]}),
+        "NodeName=gpu-b16 Arch=x86_64 CoresPerSocket=32\n   NodeAddr=10.20.1.16 NodeHostName=gpu-b16 Version=22.05\n\n"
+        "NodeName=gpu-b17 Arch=x86_64 CoresPerSocket=32\n   NodeAddr=10.20.1.17 NodeHostName=gpu-b17 Version=22.05\n",
+    ],
+    ids=["plain", "jobmedic-json", "sinfo-json", "scontrol"],
+)
+def test_nodes_file_maps_an_ip_peer_to_its_node(tmp_path, node_file):
+    log = tmp_path / "job.log"
+    log.write_text(IB_PEER_LOG)
+    nodes = tmp_path / "nodes"
+    nodes.write_text(node_file)
+    mapped = json.loads(run("--json", "--nodes", str(nodes), str(log)).stdout)
+    assert mapped["category"] == "interconnect"
+    assert mapped["implicated"]["hosts"] == ["gpu-b17"]
+    bare = json.loads(run("--json", str(log)).stdout)
+    assert bare["implicated"]["hosts"] == ["10.20.1.17"]  # without a map the address the log gave
+
+
+def test_bad_node_file_and_state_are_refused_with_the_reason(tmp_path):
+    log = tmp_path / "job.log"
+    log.write_text(IB_PEER_LOG)
+    nodes = tmp_path / "nodes"
+    nodes.write_text("gpu-b16 10.20.1.16 fqdn extra-word\n")
+    proc = run("--nodes", str(nodes), str(log))
+    assert proc.returncode == 2 and "line 1: expected NAME [ADDRESS [HOSTNAME]]" in proc.stderr
+    proc = run("--state", "EXPLODED", str(log))
+    assert proc.returncode == 2 and "not a Slurm job state" in proc.stderr
+
+
+def test_state_and_exit_code_turn_a_quiet_log_into_an_explicit_unknown(tmp_path):
+    log = tmp_path / "job.log"
+    log.write_text("loading shards\niteration 1 | loss 3.2\n")
+    quiet = json.loads(run("--json", str(log)).stdout)
+    assert quiet["category"] == "none"
+    failed = json.loads(run("--json", "--state", "FAILED", "--exit-code", "3", str(log)).stdout)
+    assert failed["category"] == "unknown"
+    assert "exit code 3" in failed["explanation"] and failed["evidence"]
+
+
+@pytest.mark.slurm
+def test_cluster_node_map_from_the_real_slurm(tmp_path, slurm_cluster):
+    """`--cluster local` reads the node names from the local Slurm: a node named only in prose is blamed."""
+    log = tmp_path / "job.log"
+    log.write_text("step 10\nGPU 0 on instance node3 has fallen off the bus\n")
+    with_map = json.loads(run("--json", "--cluster", "local", str(log)).stdout)
+    assert with_map["category"] == "gpu_hardware" and with_map["implicated"]["hosts"] == ["node3"]
+    proc = run("--cluster", "nowhere", str(log))
+    assert proc.returncode == 2 and "no cluster named 'nowhere'" in proc.stderr
