@@ -30,6 +30,8 @@ LOG_WINDOW_BYTES = 2 * 1024 * 1024
 
 
 class SlurmPort(Protocol):
+    deployment: str  # the name this deployment marks the jobs it acts on with
+
     async def job_for_key(self, key: JobKey) -> JobInfo: ...
     async def list_nodes(self) -> list[NodeInfo]: ...
     async def requeue_hold(self, key: JobKey, *, expected_restarts: int | None = None) -> ActionResult: ...
@@ -37,6 +39,8 @@ class SlurmPort(Protocol):
     async def release(self, key: JobKey, *, start_now: bool = True) -> ActionResult: ...
     async def cancel(self, key: JobKey) -> ActionResult: ...
     async def drain_node(self, node: str, reason: str) -> ActionResult: ...
+    def owner_of(self, job: JobInfo) -> str | None: ...
+    def holds(self, job: JobInfo) -> bool: ...
 
 
 class LogTailPort(Protocol):
@@ -74,10 +78,12 @@ class SchedulerActivities:
 
     @activity.defn(name=ActivityNames.COLLECT_EVIDENCE)
     async def collect_evidence(self, inp: CollectEvidenceInput) -> CollectEvidenceOutput:
-        """Gather the evidence of one incident; in action mode hold a failed job first.
+        """Gather the evidence of one incident, touching nothing.
 
-        The log window is read before the hold: a requeue truncates the job's
-        output file unless the job writes in append mode.
+        `hold_first` is only set by workflows started before decide-then-act
+        (the `decide-before-act` patch): they hold a failed job here, before
+        the decision. The log window is read before that hold: a requeue
+        truncates the job's output file unless the job writes in append mode.
         """
         await injected_delay(self._delays, ActivityNames.COLLECT_EVIDENCE)
         with activity_errors():
@@ -87,20 +93,20 @@ class SchedulerActivities:
             failed_job = job if job.nodes else (inp.observed_job or job)
             log_lines = await self._log_window(failed_job, inp.log_window_lines)
             may_act = self._may_act(job) if self._may_act is not None else None
+            not_acting: str | None = None
+            owner = self._slurm.owner_of(job)
+            if owner is not None and owner != self._slurm.deployment:
+                may_act, not_acting = False, f"the job belongs to jobmedic deployment {owner!r} (AdminComment)"
+            elif may_act is False:
+                not_acting = "the cluster's settings or the job's opt-in no longer allow action"
             hold: ActionResult | None = None
             hold_error: str | None = None
             held_by_us = False
             if inp.hold_first and may_act is not False:
                 try:
                     hold = await self._slurm.requeue_hold(inp.key, expected_restarts=inp.expected_restarts)
-                    after = hold.job
-                    # on a retry the hold from the lost attempt shows as "unchanged": still ours
-                    held_by_us = hold.changed or (
-                        after is not None
-                        and after.held
-                        and inp.expected_restarts is not None
-                        and after.restarts == inp.expected_restarts + 1
-                    )
+                    # on a retry the hold from the lost attempt shows as "unchanged": the mark says whose it is
+                    held_by_us = hold.changed or (hold.job is not None and self._slurm.holds(hold.job))
                 except JobmedicError as exc:
                     # evidence still matters; the decision goes on without the hold
                     hold_error = f"{type(exc).__name__}: {exc}"
@@ -126,6 +132,7 @@ class SchedulerActivities:
                 held_by_us=held_by_us,
                 job_now=(hold.job if hold and hold.job else job),
                 may_act=may_act,
+                not_acting_reason=not_acting,
             )
 
     @activity.defn(name=ActivityNames.REQUEUE_HOLD)

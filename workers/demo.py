@@ -81,7 +81,7 @@ async def run_demo(settings: Settings, *, observe: bool, timeout_s: float = 300.
     environment = f"{DEMO_ENVIRONMENT}-{datetime.now():%H%M%S%f}"
     settings = demo_settings(settings, observe=observe, environment=environment)
     cluster = settings.cluster()
-    slurm = build_slurm_client(cluster)
+    slurm = build_slurm_client(cluster, deployment=settings.deployment)
     nodes = await slurm.list_nodes()
     if len(nodes) < 3:
         raise DemoFailed(f"the demo needs a Slurm cluster with at least 3 nodes, found {len(nodes)}: run deploy/up.sh slurm")

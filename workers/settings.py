@@ -216,6 +216,9 @@ class Settings(BaseSettings):
 
     data_dir: Path = Field(default_factory=default_data_dir)
     log_level: str = "INFO"
+    # this deployment's name, written on every Slurm job it acts on (AdminComment `jobmedic:<deployment> ...`);
+    # two deployments watching one cluster need different names: neither acts on a job the other owns
+    deployment: str = "jobmedic"
     temporal: TemporalSettings = Field(default_factory=TemporalSettings)
     audit: AuditSettings = Field(default_factory=AuditSettings)
     clusters: list[ClusterSettings] = Field(default_factory=lambda: [ClusterSettings()])
@@ -223,6 +226,13 @@ class Settings(BaseSettings):
     fault_delays: dict[str, float] = Field(default_factory=dict)
     # the worker serves Prometheus metrics about jobmedic itself on this port (every interface); None: not served
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
+
+    @field_validator("deployment")
+    @classmethod
+    def _deployment_is_an_identifier(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", value):
+            raise ValueError("deployment names use letters, digits, '.', '_' or '-' (at most 63 characters)")
+        return value
 
     @field_validator("clusters")
     @classmethod

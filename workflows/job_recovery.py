@@ -6,6 +6,19 @@ every side effect; the decision is the pure `workflows.policy.decide`. Activity
 and decision deadlines are the watchdog: when a decision or an action does not
 finish in time, or fails for good, the job is released to normal scheduling
 (fail open) and that is audited.
+
+Decide, then act: no scheduler command is issued before the advice is
+decided and recorded. A failed job stays as Slurm ended it (state, exit code,
+restart count) while jobmedic decides; only a restart touches it, and its
+first step is the requeue-hold (for a running job, a hang, that is also what
+stops it). A job jobmedic does not restart keeps what Slurm gave it. Slurm
+forgets an ended job `MinJobAge` after its end, so the decision deadline must
+sit well inside that (`workers.checks.decision_timing` warns when it does not).
+
+Versions (`workflow.patched`): histories without `decide-before-act` held a
+failed job before the decision and cancelled it on a stop; histories without
+`release-own-hold-on-halt` kept jobmedic's hold when recovery was stopped or
+paused while idle.
 """
 
 from __future__ import annotations
@@ -61,6 +74,8 @@ SA_IMPLICATED = SearchAttributeKey.for_keyword_list("ImplicatedNodes")
 
 SCHEDULER_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10))
 AUDIT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=5))
+DECIDE_BEFORE_ACT = "decide-before-act"
+RELEASE_OWN_HOLD_ON_HALT = "release-own-hold-on-halt"
 TIMELINE_LIMIT = 200
 MAX_SA_TEXT = 256  # search attribute values: the server refuses more than 2 KB
 MAX_SA_NODES = 50
@@ -108,6 +123,10 @@ class JobRecoveryWorkflow:
         else:
             self._state = JobRecoveryState(mode=inp.cluster_mode, may_act=inp.may_act)
         self._history = JobHistory.model_validate(self._state.history or {})
+        self._keep_hold_while_paused = False
+
+    def _paused_while_holding(self) -> bool:
+        return self._state.paused and self._state.holding and not self._keep_hold_while_paused
 
     # ------------------------------------------------------------------ signals and queries
 
@@ -125,6 +144,7 @@ class JobRecoveryWorkflow:
     @workflow.signal(name=SignalNames.RESUME)
     def resume(self) -> None:
         self._state.paused = False
+        self._keep_hold_while_paused = False
         self._note("resumed", "recovery resumed by signal")
 
     @workflow.signal(name=SignalNames.STOP)
@@ -176,10 +196,20 @@ class JobRecoveryWorkflow:
     @workflow.run
     async def run(self, inp: JobRecoveryInput) -> JobStatus:
         while True:
-            await workflow.wait_condition(lambda: bool(self._queue) or self._state.stopped)
+            await workflow.wait_condition(
+                lambda: bool(self._queue) or self._state.stopped or self._paused_while_holding()
+            )
             if self._state.stopped:
+                if self._state.holding and workflow.patched(RELEASE_OWN_HOLD_ON_HALT):
+                    await self._give_back(self._state.last_job, "recovery stopped by signal", deadline=workflow.now())
                 await self._audit(EventType.STOPPED, outcome="recovery stopped by signal", key_suffix="signal")
                 return self._finish()
+            if self._paused_while_holding():
+                if workflow.patched(RELEASE_OWN_HOLD_ON_HALT):
+                    await self._give_back(self._state.last_job, "recovery paused by signal", deadline=workflow.now())
+                # one try per pause (a history from before the patch kept its hold); resume clears it
+                self._keep_hold_while_paused = self._state.holding
+                continue
             obs = self._queue.pop(0)
             self._state.last_seq = max(self._state.last_seq, obs.seq)
             finished = await self._handle(obs)
@@ -318,7 +348,8 @@ class JobRecoveryWorkflow:
         held_by_us = False
         self._set_phase(Phase.DETECTING)
         try:
-            hold_first = acting and incident == "failed"
+            # histories from before decide-before-act held a failed job here, ahead of the decision
+            hold_first = acting and incident == "failed" and not workflow.patched(DECIDE_BEFORE_ACT)
             collected = await self._collect(obs, hold_first=hold_first, deadline=decision_deadline)
             # (an activity result recorded before `held_by_us` existed has only `hold.changed`)
             held_by_us = collected.held_by_us or bool(collected.hold and collected.hold.changed)
@@ -328,7 +359,9 @@ class JobRecoveryWorkflow:
             self._state.last_job = current
             if collected.may_act is False and acting:
                 acting = False
-                self._note("mode", "the cluster's settings or the job's opt-in no longer allow action")
+                self._note(
+                    "mode", collected.not_acting_reason or "the cluster's settings or the job's opt-in no longer allow action"
+                )
             if held_by_us:
                 self._state.holding = True
                 self._state.own_restarts_upto = max(self._state.own_restarts_upto, current.restarts)
@@ -463,8 +496,16 @@ class JobRecoveryWorkflow:
         restart = advice.action in {AdviceAction.RESTART, AdviceAction.RESTART_EXCLUDE, AdviceAction.RESTART_DRAIN}
         if advice.action is AdviceAction.STOP:
             self._set_phase(Phase.STOPPING)
-            await self._action(ActivityNames.CANCEL, JobActionInput(key=key, reason=advice.reason), "cancel", deadline)
-            await self._audit(EventType.STOPPED, job=job, advice=advice, outcome=f"job cancelled: {advice.reason}")
+            if job.state.finished and not held_by_us and workflow.patched(DECIDE_BEFORE_ACT):
+                # not restarting means not requeueing: the job keeps the end Slurm gave it
+                outcome = (
+                    f"not restarted; left {job.state.value} as Slurm ended it (exit code {job.exit_code}, "
+                    f"restarts {job.restarts}): {advice.reason}"
+                )
+            else:  # a running job (a hang, a Slurm requeue) is stopped by cancelling it
+                await self._action(ActivityNames.CANCEL, JobActionInput(key=key, reason=advice.reason), "cancel", deadline)
+                outcome = f"job cancelled: {advice.reason}"
+            await self._audit(EventType.STOPPED, job=job, advice=advice, outcome=outcome)
             return True
         if advice.action is AdviceAction.HOLD:
             if not held_by_us and not job.held:
@@ -592,7 +633,8 @@ class JobRecoveryWorkflow:
         if self._state.holding:
             try:
                 await self._scheduler_activity(
-                    ActivityNames.RELEASE, JobActionInput(key=self._inp.key), ActionResult,
+                    # Slurm's own post-requeue wait applies: no StartTime=now on nodes that may hold a revoked credential
+                    ActivityNames.RELEASE, JobActionInput(key=self._inp.key, start_now=False), ActionResult,
                     deadline=max(deadline, workflow.now() + timedelta(seconds=60)), stage="release",
                 )
                 self._state.holding = False
@@ -630,7 +672,7 @@ class JobRecoveryWorkflow:
         elif not acts:
             outcome += "; watchdog in observe mode or job not acted on: would release the job"
         else:
-            outcome += "; job was not held, nothing to release"
+            outcome += "; jobmedic did not hold the job: it stays as Slurm has it"
         self._state.awaiting_restart = False
         await self._audit(
             EventType.WATCHDOG,

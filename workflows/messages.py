@@ -215,6 +215,7 @@ class CollectEvidenceOutput(Contract):
     held_by_us: bool = False  # the job is held now because jobmedic held it (this attempt or a lost one)
     job_now: JobInfo | None = None  # the job as the scheduler shows it after any hold
     may_act: bool | None = None  # None: the worker has no opinion (older worker)
+    not_acting_reason: str | None = None  # why `may_act` is False (settings, opt-in, another deployment's job)
 
 
 class AttributeInput(Contract):

@@ -10,6 +10,12 @@ activity never applies it twice; afterwards it reads the state again until the
 scheduler confirms the effect and returns that confirmed state. Actions name
 the job by `JobKey`: a job id that now belongs to another job raises
 `JobNotFound` (see `same_job`).
+
+Ownership: every job action writes jobmedic's mark into the job's
+AdminComment (`adapters.slurm.ownership`): the deployment, the action and
+when, and whether jobmedic holds the job. A job marked by another deployment
+is refused (`ActionRefused`); a hold is released only when the mark says this
+deployment placed it.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from datetime import UTC, datetime
 from loguru import logger
 
 from adapters.errors import ActionRefused, JobNotFound, SchedulerError, SchedulerUnreachable
+from adapters.slurm.ctld_config import min_job_age_s, parse_show_config
+from adapters.slurm.ownership import Mark, read_mark, valid_deployment, with_mark
 from adapters.slurm.parse import parse_sinfo_json, parse_squeue_json
 from adapters.slurm.runner import CommandResult, CommandRunner
 from workflows.contracts import ActionKind, ActionResult, JobInfo, JobKey, JobState, NodeInfo
@@ -45,6 +53,8 @@ _REQUEUEABLE = {
     JobState.BOOT_FAIL, JobState.DEADLINE, JobState.OUT_OF_MEMORY,
 }
 _STARTED = {JobState.RUNNING, JobState.CONFIGURING, JobState.COMPLETING, JobState.SUSPENDED, JobState.STOPPED}
+# the reason slurmctld gives a job that `scontrol requeuehold` put back in the queue (22.05, observed)
+_REQUEUED_HELD = "job_requeued_in_held_state"
 
 
 class ActionNotConfirmed(SchedulerError):
@@ -89,6 +99,7 @@ class SlurmClient:
         confirm_timeout: seconds an action waits for the scheduler to show its effect.
         poll_interval: seconds between two reads while waiting for that.
         opt_in_max_bytes: larger comments are not read as opt-ins.
+        deployment: this jobmedic deployment's name, written into the mark on every job it acts on.
     """
 
     def __init__(
@@ -100,8 +111,12 @@ class SlurmClient:
         confirm_timeout: float = 30.0,
         poll_interval: float = 0.3,
         opt_in_max_bytes: int = 4096,
+        deployment: str = "jobmedic",
     ) -> None:
+        if not valid_deployment(deployment):
+            raise ValueError(f"{deployment!r} is not a deployment name (letters, digits, '.', '_', '-')")
         self.runner = runner
+        self.deployment = deployment
         self.cluster = cluster
         self.timeout = timeout
         self.confirm_timeout = confirm_timeout
@@ -161,6 +176,39 @@ class SlurmClient:
         result = await self._run(["sinfo", "--json"], what="sinfo --json")
         return parse_sinfo_json(result.stdout)
 
+    async def min_job_age_s(self) -> float:
+        """How long slurmctld keeps a finished job (`MinJobAge`, from `scontrol show config`)."""
+        result = await self._scontrol(["show", "config"], what="scontrol show config")
+        return min_job_age_s(parse_show_config(result.stdout))
+
+    # ----------------------------------------------------------------------- ownership
+
+    def owner_of(self, job: JobInfo) -> str | None:
+        """The deployment whose mark the job carries; None when no jobmedic acted on it."""
+        mark = read_mark(job.admin_comment)
+        return mark.owner if mark else None
+
+    def holds(self, job: JobInfo) -> bool:
+        """Whether `job` is held and this deployment's mark says it placed the hold."""
+        mark = read_mark(job.admin_comment)
+        return job.held and mark is not None and mark.owner == self.deployment and mark.holding
+
+    def _refuse_if_owned_elsewhere(self, job: JobInfo) -> None:
+        owner = self.owner_of(job)
+        if owner is not None and owner != self.deployment:
+            raise ActionRefused(
+                f"job {job.job_id} belongs to jobmedic deployment {owner!r} (AdminComment {job.admin_comment!r}); "
+                f"this deployment ({self.deployment!r}) leaves it alone"
+            )
+
+    async def _mark(self, key: JobKey, job: JobInfo, kind: ActionKind, *, holding: bool) -> None:
+        """Write this deployment's mark: what it did now and whether it holds the job."""
+        mark = Mark(owner=self.deployment, action=kind.value, at=datetime.now(UTC), holding=holding)
+        text = with_mark(job.admin_comment, mark)
+        await self._scontrol(
+            ["update", f"JobId={job.job_id}", f"AdminComment={text}"], what=f"mark job {job.job_id} (AdminComment)"
+        )
+
     async def get_node(self, name: str) -> NodeInfo:
         name = _check_node(name)
         for node in await self.list_nodes():
@@ -181,12 +229,22 @@ class SlurmClient:
         No-op when the job is already pending and held, or when its restart
         count is above `expected_restarts` (it was requeued since the caller
         looked: by us in an earlier try, or by Slurm).
+
+        The hold is marked as this deployment's (AdminComment) before the
+        command for a job that is still alive, right after it for a job that
+        ended (Slurm refuses updates to a finished job). A job held by someone
+        else stays theirs: `changed` is False and the mark is not `holding`.
         """
         kind = ActionKind.REQUEUE_HOLD
         job = await self.job_for_key(key)
+        self._refuse_if_owned_elsewhere(job)
         if job.state is JobState.COMPLETING:
             job = await self._wait_job(key, lambda j: j.state is not JobState.COMPLETING, what="the job to finish completing")
         if expected_restarts is not None and job.restarts > expected_restarts:
+            if self._lost_own_mark(job, expected_restarts):
+                await self._mark(key, job, kind, holding=True)
+                job = await self.job_for_key(key)
+                return self._unchanged(kind, job, "requeued and held by an earlier try of this action; marked now")
             return self._unchanged(kind, job, f"already requeued: restarts {job.restarts} > {expected_restarts}")
         if job.state is not JobState.PENDING:
             if job.state is JobState.COMPLETED:
@@ -194,6 +252,15 @@ class SlurmClient:
             if job.state not in _REQUEUEABLE:
                 raise ActionRefused(f"job {job.job_id} is {job.state.value}; jobmedic does not requeue from that state")
             before = job.restarts
+            ended = job.state.finished
+            if not ended:
+                try:
+                    await self._mark(key, job, kind, holding=True)  # the intent, on the job, before the act
+                except ActionRefused:
+                    job = await self.job_for_key(key)
+                    if not job.state.finished:
+                        raise
+                    ended = True  # it ended meanwhile: marked after the requeue instead
             try:
                 await self._scontrol(["requeuehold", job.job_id], what=f"requeue-hold job {job.job_id}")
             except ActionRefused:
@@ -207,18 +274,43 @@ class SlurmClient:
                     lambda j: j.state is JobState.PENDING and j.held and j.restarts > before,
                     what="PENDING held with one more restart",
                 )
+                if ended:
+                    await self._mark(key, confirmed, kind, holding=True)
+                    confirmed = await self.job_for_key(key)
                 return self._changed(kind, confirmed, f"requeued from {job.state.value} and held")
         if job.held:
-            return self._unchanged(kind, job, "already pending and held")
+            if self.holds(job):
+                return self._unchanged(kind, job, f"already pending and held by jobmedic:{self.deployment}")
+            return self._unchanged(kind, job, "already pending and held, not by jobmedic: the hold stays its owner's")
+        await self._mark(key, job, kind, holding=True)
         await self._scontrol(["hold", job.job_id], what=f"hold job {job.job_id}")
         confirmed = await self._wait_job(key, lambda j: j.state is JobState.PENDING and j.held, what="PENDING held")
         return self._changed(kind, confirmed, "job was pending: held it")
+
+    def _lost_own_mark(self, job: JobInfo, expected_restarts: int) -> bool:
+        """A requeue-hold of an ended job whose mark was lost between the command and the mark.
+
+        Slurm refuses the mark on a finished job, so it is written just after
+        `requeuehold`; a worker lost in between leaves an unmarked hold. Only
+        the retry of that same action (same `expected_restarts`) takes it
+        back: exactly one requeue since, held in the requeue-hold state, and no
+        mark of another deployment or a newer hold.
+        """
+        mark = read_mark(job.admin_comment)
+        return (
+            job.state is JobState.PENDING
+            and job.held
+            and job.reason == _REQUEUED_HELD
+            and job.restarts == expected_restarts + 1
+            and (mark is None or (mark.owner == self.deployment and not mark.holding))
+        )
 
     async def set_excluded_nodes(self, key: JobKey, nodes: list[str]) -> ActionResult:
         """Add `nodes` to the job's excluded nodes (only while it is pending)."""
         kind = ActionKind.EXCLUDE_NODES
         wanted = [_check_node(node) for node in nodes]
         job = await self.job_for_key(key)
+        self._refuse_if_owned_elsewhere(job)
         union = list(dict.fromkeys([*job.excluded_nodes, *wanted]))
         if set(union) == set(job.excluded_nodes):
             return self._unchanged(kind, job, "nodes already excluded")
@@ -231,6 +323,7 @@ class SlurmClient:
         await self._scontrol(
             ["update", f"JobId={job.job_id}", f"ExcNodeList={value}"], what=f"exclude nodes of job {job.job_id}"
         )
+        await self._mark(key, job, kind, holding=self.holds(job))
         confirmed = await self._wait_job(key, lambda j: set(union) <= set(j.excluded_nodes), what=f"ExcNodeList={value}")
         return self._changed(kind, confirmed, f"excluded {value}")
 
@@ -242,6 +335,9 @@ class SlurmClient:
         BeginTime); `StartTime=now` lets it start at the next scheduling pass.
         That is only done for a job that was requeued (restarts > 0): a job
         that never ran keeps the begin time its user asked for.
+
+        Only a hold this deployment placed (its mark says `holding`) is
+        released; anyone else's hold raises `ActionRefused` and stays.
         """
         kind = ActionKind.RELEASE
         job = await self.job_for_key(key)
@@ -249,8 +345,14 @@ class SlurmClient:
             return self._unchanged(kind, job, f"already {job.state.value}")
         if job.state is not JobState.PENDING:
             raise ActionRefused(f"job {job.job_id} is {job.state.value}; there is nothing to release")
+        self._refuse_if_owned_elsewhere(job)
         steps = []
         if job.held:
+            if not self.holds(job):
+                raise ActionRefused(
+                    f"job {job.job_id} is held, but not by jobmedic:{self.deployment} (reason {job.reason}, "
+                    f"AdminComment {job.admin_comment!r}); jobmedic releases only its own holds"
+                )
             await self._scontrol(["release", job.job_id], what=f"release job {job.job_id}")
             steps.append("released")
         if start_now and job.restarts > 0 and (job.held or job.reason == "BeginTime"):
@@ -265,6 +367,8 @@ class SlurmClient:
                     raise
         if not steps:
             return self._unchanged(kind, job, "pending and not held")
+        # after the release: a mark cleared first and a release lost would leave our hold unreleasable
+        await self._mark(key, job, kind, holding=False)
         confirmed = await self._wait_job(key, lambda j: not (j.state is JobState.PENDING and j.held), what="not held")
         return self._changed(kind, confirmed, ", ".join(steps))
 
@@ -274,6 +378,8 @@ class SlurmClient:
         job = await self.job_for_key(key)
         if job.state.finished:
             return self._unchanged(kind, job, f"already {job.state.value}")
+        self._refuse_if_owned_elsewhere(job)
+        await self._mark(key, job, kind, holding=False)
         await self._run(["scancel", job.job_id], what=f"scancel {job.job_id}")
         confirmed = await self._wait_job(key, lambda j: j.state.finished, what="the job to end")
         return self._changed(kind, confirmed, f"cancelled while {job.state.value}")

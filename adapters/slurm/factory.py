@@ -27,6 +27,8 @@ def build_runner(cluster: ClusterSettings) -> CommandRunner:
     )
 
 
-def build_slurm_client(cluster: ClusterSettings) -> SlurmClient:
-    """A `SlurmClient` for `cluster`; close it (`await client.close()`) when done."""
-    return SlurmClient(build_runner(cluster), cluster=cluster.name, timeout=cluster.scheduler.command_timeout_s)
+def build_slurm_client(cluster: ClusterSettings, *, deployment: str = "jobmedic") -> SlurmClient:
+    """A `SlurmClient` for `cluster` acting as `deployment` (`Settings.deployment`); close it when done."""
+    return SlurmClient(
+        build_runner(cluster), cluster=cluster.name, timeout=cluster.scheduler.command_timeout_s, deployment=deployment
+    )

@@ -231,22 +231,39 @@ async def test_long_recovery_continues_as_new_and_keeps_its_state(
         server.wait(timeout=30)
 
 
-async def test_stop_in_the_middle_of_an_incident_only_undoes_jobmedics_hold(
-    scenario: Scenario, worker: WorkerProcess
-) -> None:
-    """`jobmedic stop` while the verdict is being made: no exclusion, the hold jobmedic placed is released."""
+async def test_stop_while_deciding_leaves_the_failed_job_untouched(scenario: Scenario, worker: WorkerProcess) -> None:
+    """`jobmedic stop` while the verdict is being made: nothing was done before the decision, nothing is done after."""
     worker.start(fault_delays={"attribute": 6.0})
     job_id = submit_training(scenario.tmp / "job", environment=scenario.environment, plan="xid,ok", fail_at=20)
     scenario.jobs.append(job_id)
     await wait_for(lambda: _running_activity(scenario.temporal_address, scenario.cluster, job_id, "attribute"),
                    timeout=120, what="attribute running", every=0.3)
-    assert slurm_state(job_id)[0] == "PENDING"  # held before the decision
+    assert slurm_state(job_id) == ("FAILED", 0)  # decide, then act: not held while deciding
+    assert scenario.cli("stop", job_id).returncode == 0
+    await wait_for(lambda: EventType.STOPPED in scenario.kinds(job_id), timeout=60, what="stopped entry")
+    assert EventType.ACTION_REQUESTED not in scenario.kinds(job_id)
+    await asyncio.sleep(3)
+    assert slurm_state(job_id) == ("FAILED", 0)
+
+
+async def test_stop_in_the_middle_of_a_restart_only_undoes_jobmedics_hold(
+    scenario: Scenario, worker: WorkerProcess
+) -> None:
+    """`jobmedic stop` after the requeue-hold of a restart: the hold jobmedic placed is released, nothing more."""
+    worker.start(fault_delays={"exclude_nodes": 6.0})
+    job_id = submit_training(scenario.tmp / "job", environment=scenario.environment, plan="xid,ok", fail_at=20)
+    scenario.jobs.append(job_id)
+    await wait_for(lambda: _running_activity(scenario.temporal_address, scenario.cluster, job_id, "exclude_nodes"),
+                   timeout=120, what="exclude_nodes running", every=0.3)
+    held = scontrol_job(job_id)
+    assert (held["JobState"], held["Reason"], held["AdminComment"]) == (
+        "PENDING", "job_requeued_in_held_state", "jobmedic:jobmedic"), held
     assert scenario.cli("stop", job_id).returncode == 0
     await wait_for(lambda: EventType.STOPPED in scenario.kinds(job_id), timeout=60, what="stopped entry")
     entries = scenario.entries(job_id)
     confirmed = [(e.action, e.outcome or "") for e in entries if e.event_type is EventType.ACTION_CONFIRMED]
-    assert [a for a, _ in confirmed] == ["requeue_hold", "release"], confirmed
+    # the exclusion already under way completes; the restart's own release never comes, the halt's does
+    assert [a for a, _ in confirmed] == ["requeue_hold", "exclude_nodes", "release"], confirmed
     assert "stopped" in confirmed[-1][1]
-    assert "ExcNodeList" not in scontrol_job(job_id) or scontrol_job(job_id)["ExcNodeList"] in {"", "(null)"}
     # back to normal scheduling: Slurm runs it again, without jobmedic
     await wait_for(lambda: slurm_state(job_id) == ("COMPLETED", 1), timeout=120, what="completed after release")

@@ -60,6 +60,8 @@ async def test_host_naming_crash_is_recovered_on_other_nodes(scenario: Scenario,
     assert advice[0].action == "restart_exclude" and advice[0].rule == "hardware_exclude"
     confirmed = [e.action for e in entries if e.event_type is EventType.ACTION_CONFIRMED]
     assert confirmed == ["requeue_hold", "exclude_nodes", "release"]
+    # requeued once, as the first step of the restart, by this deployment (its mark is on the job)
+    assert final.get("AdminComment") == "jobmedic:jobmedic", final  # `jobmedic:<deployment> release <time>`
     kinds = [e.event_type for e in entries]
     for kind in (EventType.DETECTION, EventType.ALLOCATION_RESTART, EventType.PROGRESS_RESTORED,
                  EventType.CHECKPOINT_SAVED):
@@ -105,11 +107,12 @@ async def test_same_application_error_twice_stops_the_job(scenario: Scenario, wo
     advice = [e for e in scenario.entries(job_id) if e.event_type is EventType.ADVICE]
     assert [a.rule for a in advice] == ["app_error_restart", "same_app_error_twice"]
     assert all(a.category == "app_error" for a in advice)
-    assert stopped[0].action == "stop"
-    releases = [e for e in scenario.entries(job_id) if e.event_type is EventType.ACTION_CONFIRMED and e.action == "release"]
-    assert len(releases) == 1  # restarted once; the second failure was held (restart count 2) and cancelled
-    state, restarts = slurm_state(job_id)
-    assert state == "CANCELLED" and restarts == 2
+    assert stopped[0].action == "stop" and "left FAILED as Slurm ended it" in stopped[0].outcome
+    confirmed = [e.action for e in scenario.entries(job_id) if e.event_type is EventType.ACTION_CONFIRMED]
+    assert confirmed == ["requeue_hold", "release"]  # the restart after the first failure, nothing after the second
+    # the stop is not a requeue-then-cancel: Slurm's own end of the second attempt stands
+    job = scontrol_job(job_id)
+    assert (job["JobState"], job["Restarts"], job["ExitCode"]) == ("FAILED", "1", "1:0"), job
 
 
 async def test_no_new_checkpoint_across_attempts_stops_the_job(scenario: Scenario, worker: WorkerProcess) -> None:
@@ -122,7 +125,34 @@ async def test_no_new_checkpoint_across_attempts_stops_the_job(scenario: Scenari
     advice = [e for e in scenario.entries(job_id) if e.event_type is EventType.ADVICE]
     assert advice[-1].rule == "no_checkpoint_progress", [a.rule for a in advice]
     assert len(advice) == 2
-    assert slurm_state(job_id) == ("CANCELLED", 2)  # one restart, then held for the decision and cancelled
+    assert slurm_state(job_id) == ("FAILED", 1)  # one restart; the stop left the second failure as it was
+
+
+async def test_exit_code_93_is_left_failed_with_nothing_touched(scenario: Scenario, worker: WorkerProcess) -> None:
+    """The job asks not to be restarted (exit 93): no scheduler command at all, its end stays Slurm's."""
+    worker.start()
+    workdir = scenario.tmp / "job93"
+    workdir.mkdir()
+    script = workdir / "exit93.sbatch"
+    script.write_text("#!/bin/bash\necho 'iteration 1/10 | lm loss: 1.0'\nsleep 3\necho 'giving up: do not restart'\nexit 93\n")
+    comment = json.dumps({"jobmedic": {"environment": scenario.environment, "mode": "action"}})
+    submitted = subprocess.run(
+        ["sbatch", "--parsable", "--requeue", "--nodes=1", f"--output={workdir}/out-%j.txt", f"--comment={comment}",
+         str(script)], capture_output=True, text=True, timeout=30, check=True,
+    )
+    job_id = submitted.stdout.strip().split(";")[0]
+    scenario.jobs.append(job_id)
+    stopped = await wait_for(
+        lambda: [e for e in scenario.entries(job_id) if e.event_type is EventType.STOPPED], timeout=120, what="stopped"
+    )
+    advice = [e for e in scenario.entries(job_id) if e.event_type is EventType.ADVICE]
+    assert [(a.action, a.rule) for a in advice] == [("stop", "do_not_restart_exit_code")]
+    assert "left FAILED" in stopped[0].outcome
+    kinds = scenario.kinds(job_id)
+    assert EventType.ACTION_REQUESTED not in kinds and EventType.ACTION_CONFIRMED not in kinds
+    job = scontrol_job(job_id)
+    assert (job["JobState"], job["Restarts"], job["ExitCode"]) == ("FAILED", "0", "93:0"), job
+    assert job.get("AdminComment", "") in {"", "(null)"}  # not even marked: jobmedic did nothing to it
 
 
 async def test_hang_without_error_text_is_restarted(scenario: Scenario, worker: WorkerProcess) -> None:
@@ -173,10 +203,26 @@ async def test_pause_resume_and_stop_signals(scenario: Scenario, worker: WorkerP
     assert slurm_state(job_id) == ("FAILED", 0)
 
 
-async def test_watchdog_releases_the_job_when_attribution_never_answers(
+async def test_pause_on_a_job_jobmedic_holds_releases_its_hold(scenario: Scenario, worker: WorkerProcess) -> None:
+    """A hold decided by the policy (a systemic hold, here for a single job) is undone by `jobmedic pause`."""
+    scenario.policy = {"systemic_jobs": 1}
+    worker.start()
+    job_id = _submit(scenario, plan="xid,ok")
+    await wait_for(lambda: slurm_state(job_id) == ("PENDING", 1), timeout=120, what="held after the decision")
+    advice = [e for e in scenario.entries(job_id) if e.event_type is EventType.ADVICE]
+    assert [(a.action, a.rule) for a in advice] == [("hold", "systemic_hold")]
+    assert scontrol_job(job_id)["Reason"] == "job_requeued_in_held_state"
+    assert scenario.cli("pause", job_id).returncode == 0
+    await wait_for(lambda: slurm_state(job_id) == ("COMPLETED", 1), timeout=120, what="released by pause, then ran")
+    releases = [e for e in scenario.entries(job_id) if e.event_type is EventType.ACTION_CONFIRMED and e.action == "release"]
+    assert len(releases) == 1 and "paused" in releases[0].outcome, [r.outcome for r in releases]
+
+
+async def test_watchdog_leaves_the_failed_job_to_slurm_when_attribution_never_answers(
     scenario: Scenario, worker: WorkerProcess
 ) -> None:
-    """An external attribution service that accepts the request and never answers: fail open within the deadline."""
+    """An attribution service that accepts the request and never answers: the decision deadline passes, and as
+    nothing was done before the decision, the job simply stays as Slurm ended it (fail open)."""
     import socket
 
     listener = socket.socket()
@@ -192,11 +238,11 @@ async def test_watchdog_releases_the_job_when_attribution_never_answers(
             what="a watchdog entry",
         )
         detection = [e for e in scenario.entries(job_id) if e.event_type is EventType.DETECTION][0]
-        assert "released" in dog[0].outcome and dog[0].action == "release"
+        assert "did not hold the job" in dog[0].outcome and dog[0].action is None, dog[0].outcome
         assert (dog[0].timestamp - detection.timestamp).total_seconds() < 8.0 + 5.0
-        assert EventType.ADVICE not in scenario.kinds(job_id)
-        # released to normal scheduling: Slurm runs it again and it completes
-        await wait_for(lambda: slurm_state(job_id)[0] == "COMPLETED", timeout=120, what="job completed after release")
+        kinds = scenario.kinds(job_id)
+        assert EventType.ADVICE not in kinds and EventType.ACTION_REQUESTED not in kinds
+        assert slurm_state(job_id) == ("FAILED", 0)
     finally:
         listener.close()
 

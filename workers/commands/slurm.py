@@ -73,7 +73,7 @@ def node_document(node: NodeInfo) -> dict[str, Any]:
 
 def _with_client(settings: Settings, cluster: str | None, call: Callable[[SlurmClient], Awaitable[T]]) -> T:
     async def run() -> T:
-        async with build_slurm_client(settings.cluster(cluster)) as client:
+        async with build_slurm_client(settings.cluster(cluster), deployment=settings.deployment) as client:
             return await call(client)
 
     return asyncio.run(run())
