@@ -64,6 +64,36 @@ class Fallback:
     signature_text: str  # what two attempts must share to be "the same error"
 
 
+# exception types whose family is not the application's own code
+_FAMILIES: tuple[tuple[tuple[str, ...], Category, FaultDomain], ...] = (
+    (("PermissionError", "IsADirectoryError", "NotADirectoryError", "ReadError", "UnpicklingError", "BadZipFile",
+      "ReadTimeoutError", "ReadTimeout", "ConnectTimeout", "ConnectTimeoutError", "MaxRetryError", "SSLError",
+      "HfHubHTTPError", "LocalEntryNotFoundError", "OfflineModeIsEnabled", "EntryNotFoundError", "ClientError",
+      "NoCredentialsError", "EndpointConnectionError", "IncompleteRead", "ChunkedEncodingError",
+      "DatasetGenerationError"), Category.DATA_IO, FaultDomain.SYSTEM_SOFTWARE),
+    (("MemoryError", "_ArrayMemoryError"), Category.HOST_OOM, FaultDomain.RESOURCE),
+    (("OutOfMemoryError", "ResourceExhaustedError"), Category.GPU_OOM, FaultDomain.RESOURCE),
+)
+# module prefixes of storage and network clients: their ConnectionError is a data fetch failing
+_DATA_MODULES = ("requests.", "urllib3.", "huggingface_hub.", "botocore.", "boto3.", "s3fs.", "fsspec.", "aiohttp.",
+                 "datasets.", "google.api_core.", "google.cloud.storage", "azure.core.", "tarfile.", "zipfile.", "_pickle.")
+
+
+def exception_family(qualified: str) -> tuple[Category, FaultDomain] | None:
+    """The category an exception type stands for when it is not an application bug, else None."""
+    if not qualified:
+        return None
+    short = qualified.rsplit(".", 1)[-1]
+    for names, category, domain in _FAMILIES:
+        if short in names:
+            if short == "OutOfMemoryError" and qualified.startswith(("numpy", "jax")):
+                continue
+            return category, domain
+    if qualified.startswith(_DATA_MODULES):
+        return Category.DATA_IO, FaultDomain.SYSTEM_SOFTWARE
+    return None
+
+
 def ends_in_exception(tail: Sequence[tuple[int, str]], strip: Callable[[str], str]) -> Fallback | None:
     """The uncaught exception that ends the output, if it does: the last exception line after which
     only launcher noise follows, with a traceback (or a bare `raise`) above it or an Error-named type."""
@@ -82,8 +112,9 @@ def ends_in_exception(tail: Sequence[tuple[int, str]], strip: Callable[[str], st
             if not seen_tb and not exc.endswith(("Error", "Exception")):
                 return None
             qualified = text.split(":", 1)[0]
+            category, domain = exception_family(qualified) or (Category.APP_ERROR, FaultDomain.APPLICATION)
             return Fallback(
-                Category.APP_ERROR, FaultDomain.APPLICATION, n, text,
+                category, domain, n, text,
                 f"the output ends with an uncaught {qualified}" + (f": {msg[:200]}" if msg else ""),
                 qualified,
             )

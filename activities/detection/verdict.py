@@ -253,6 +253,7 @@ class Signal:
     text: str = ""  # the line without prefixes (for the signature)
     order: int = 0  # position in the log (scheduler facts come last)
     peers: list[str] = field(default_factory=list)  # other nodes the line names (a link's far end, a peer)
+    host_from: str = ""  # "message" (the line names it), "prefix" (who printed it), "layout" (rank/task map)
 
     @property
     def strong(self) -> bool:
@@ -391,9 +392,20 @@ class _Builder:
             fields=fields, text=ctx.text, order=order,
         )
         named = self._named_hosts(ctx.text)
+        if fields.get("host"):
+            sig.host_from = "message"
+        elif sig.host:
+            sig.host_from = "prefix"
         if sig.host is None and named:
-            sig.host = named[0]  # "... on instance gpu-b17", "Node failure on node12", "peer 10.1.0.7"
-        sig.peers = [h for h in named if h != sig.host]
+            sig.host, sig.host_from = named[0], "message"  # "... on instance gpu-b17", "Node failure on node12"
+        peer = fields.get("peer")
+        # with a node map, only a peer it knows can be acted on; offline, the address as the log gave it
+        peer = self.nodemap.resolve(peer) if self.nodemap else self._norm_host(peer)
+        sig.peers = [h for h in ([peer] if peer else []) + named if h and h != sig.host]
+        sig.peers = list(dict.fromkeys(sig.peers))
+        family = fallback.exception_family(fields.get("exc_type", "")) if spec.id in _EXCEPTION_PATTERNS else None
+        if family is not None:
+            sig.category, sig.fault_domain = family
         if "rank" in fields:
             sig.rank = int(fields["rank"])
         if "tasks" in fields:
@@ -581,6 +593,10 @@ class _Builder:
                 sig.host = self.rank_host.get(sig.rank) or self._host_of_rank(sig.rank, world)
             if not sig.host and len(self.job_hosts) == 1 and sig.source == "log":
                 sig.host = next(iter(self.job_hosts))
+            if sig.host:
+                sig.host_from = "layout"
+                if sig.gpu and ":" not in sig.gpu.split(":", 1)[0] and sig.gpu.count(":") == 2:
+                    sig.gpu = f"{sig.host}:{sig.gpu}"  # a bare PCI id "0000:3b:00" from a line without a host
 
     def host_of_rank(self, rank: int) -> str | None:
         ranks = [s.rank for s in self.signals if s.rank is not None]
@@ -643,6 +659,8 @@ def _choose(b: _Builder, evidence: JobEvidence) -> _Choice:
     job = evidence.job
     job_failed = job is not None and (job.state.failed or (job.exit_code or 0) != 0)
     job_fine = job is not None and not job_failed and job.state in (JobState.COMPLETED, JobState.RUNNING)
+    if job is not None and job.state == JobState.COMPLETED and not job_failed:
+        return _Choice(Category.NONE, [], 0.0)  # Slurm says it finished cleanly: whatever it printed was survived
     ending = None if job_fine else b.ending_exception()
     killed = None if job_fine else b.fatal_signal()
     # the log itself says a process died: its output ends in an exception, a signal, a launcher's failure report
@@ -694,6 +712,11 @@ def _choose(b: _Builder, evidence: JobEvidence) -> _Choice:
         chosen = [s for s in causes if s.category == cat]
         if chosen:
             return _Choice(cat, chosen, base)
+
+    # a node the framework saw die (Ray, MPI daemons, SSH sessions): its peers' errors are fallout
+    node_deaths = [s for s in causes if s.category == Category.NODE_FAILURE]
+    if node_deaths:
+        return _Choice(Category.NODE_FAILURE, node_deaths, 0.8)
 
     # non-condemning hardware (contained ECC) is still the reason the process died
     hw = [s for s in causes if s.category == Category.GPU_HARDWARE]
@@ -969,7 +992,11 @@ def _verdict(b: _Builder, choice: _Choice, evidence: JobEvidence, catalogue: Cat
     gpus: set[str] = set()
     if _implicates_hosts(cat, domain):
         any_condemns = any(x.condemns for x in sigs)
-        for s in sigs:
+        if cat in (Category.NODE_FAILURE, Category.GPU_HARDWARE) and any(x.host_from == "message" for x in sigs):
+            sigs_for_hosts = [x for x in sigs if x.host_from == "message" or x.source == "node"]
+        else:
+            sigs_for_hosts = sigs
+        for s in sigs_for_hosts:
             if any_condemns and not s.condemns:
                 continue  # the condemning lines name the node; the rest may come from victims
             if cat == Category.INTERCONNECT and not (s.condemns or s.severity == "fatal"):
@@ -981,20 +1008,22 @@ def _verdict(b: _Builder, choice: _Choice, evidence: JobEvidence, catalogue: Cat
             ranks.add(s.rank)
         if s.gpu and cat in (Category.GPU_HARDWARE, Category.CUDA_ERROR, Category.GPU_OOM, Category.INTERCONNECT):
             gpus.add(s.gpu)
-    if cat in (Category.INTERCONNECT, Category.NCCL_ERROR, Category.NCCL_TIMEOUT) and any(s.peers for s in sigs):
-        blamed, why = _link_blame(sigs, b.signals)
+    link_lines = sigs if cat == Category.INTERCONNECT else [
+        s for s in b.signals if s.category in (Category.NCCL_ERROR, Category.INTERCONNECT) and s.source == "log"]
+    if cat in (Category.INTERCONNECT, Category.NCCL_ERROR, Category.NCCL_TIMEOUT) and any(s.peers for s in link_lines):
+        blamed, why = _link_blame(link_lines, b.signals)
         if blamed and (cat == Category.INTERCONNECT or not hosts):
             if cat == Category.INTERCONNECT:
                 hosts = set(blamed)
             else:
                 hosts |= set(blamed)
             choice.why = (choice.why + "; " if choice.why else "") + why
-    if not hosts and _implicates_hosts(cat, domain) and cat != Category.HANG:
-        root = b.elastic_root()
-        if root is not None and root[0]:
+    root = b.elastic_root()
+    if root is not None and cat not in (Category.NCCL_TIMEOUT, Category.HANG, Category.PREEMPTED, Category.TIME_LIMIT):
+        if not hosts and root[0] and _implicates_hosts(cat, domain):
             hosts.add(root[0])
-            if root[1] is not None:
-                ranks.add(root[1])
+        if root[1] is not None and not ranks:
+            ranks.add(root[1])  # torchrun's first observed failure: the rank that went first
     if cat == Category.HANG:
         hosts |= set(evidence.straggler_hosts)
     if cat in (Category.NODE_FAILURE,) and not hosts:
