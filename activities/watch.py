@@ -5,14 +5,24 @@ progress for hang detection, and signals a job's recovery workflow only when
 something changed (signal-with-start, so the first signal starts it). Its state
 (cursors, last states) is recorded as heartbeat details: a replacement worker
 resumes from there, and job workflows ignore what they have already seen.
+
+Hangs need evidence (`activities/detection/hang.py`): a job's progress is read
+from the strongest source it has shown - its opt-in's `progress_pattern`, a
+recognised framework format, or a line template learned from its own output -
+and a job with none of them is watched for crashes only, unless a
+communication-hang line or DCGM (every GPU idle over the bound) says otherwise.
+What each job is watched on (`WatchedJob.hang_watch`) travels in the heartbeat
+details, where `jobmedic jobs` reads it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 from typing import Protocol
 
 from loguru import logger
@@ -24,6 +34,21 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from adapters.errors import JobmedicError, LogSourceError
+from activities.detection.hang import (
+    COMM_HANG_CATEGORIES,
+    ProgressSignal,
+    ProgressTracker,
+    all_gpus_idle,
+    hang_evidence,
+    hang_watch_label,
+)
+from activities.detection.progress import (
+    MIN_TEMPLATE_GROWTHS,
+    LearnedProgress,
+    ProgressSample,
+    learn_progress,
+    user_progress,
+)
 from activities.screening import LogScreen
 from workflows.contracts import (
     AuditEntry,
@@ -49,6 +74,11 @@ MAX_READS_PER_POLL = 8  # bounded catch-up per job per poll; the rest waits for 
 HEARTBEAT_EVERY_S = 2.0  # during a long poll (many jobs), record progress this often
 GONE_AFTER_POLLS = 3  # a job missing from this many listings in a row has left the scheduler
 KEEP_SAMPLES = 32  # progress times and rates kept per job (they travel in every heartbeat)
+IDLE_CHECK_EVERY_S = 60.0  # DCGM is asked about a job's GPUs at most this often
+
+
+class GpuHealthPort(Protocol):
+    async def gpu_health(self, hosts: list[str], *, start: datetime, end: datetime) -> dict: ...
 
 
 class JobListing(Protocol):
@@ -72,13 +102,27 @@ class WatchedJob(BaseModel):
     restarts: int = 0
     cursors: dict[str, LogCursor] = Field(default_factory=dict)
     progress: Progress | None = None
-    progress_at: datetime | None = None
-    progress_times: list[float] = Field(default_factory=list)  # epoch seconds of recent progress lines
+    # this attempt's progress rhythm (hang bound, throughput); a new attempt starts a new one
+    tracker: ProgressTracker = Field(default_factory=lambda: ProgressTracker(max_samples=KEEP_SAMPLES))
+    # the strongest progress source the job has shown, in any attempt, and the templates learned from it
+    signal: ProgressSignal = ProgressSignal.NONE
+    learned: LearnedProgress = Field(default_factory=LearnedProgress)
+    # a recognised format becomes the job's signal once its iteration grew MIN_TEMPLATE_GROWTHS times in a row
+    # (a single line that mentions "step 5" is no progress signal)
+    recognised_last: int | None = None
+    recognised_growths: int = 0
+    comm_hang_restarts: int | None = None  # the attempt (restart count) that printed a communication-hang line
+    idle_checked_at: datetime | None = None
+    gpus_idle: bool | None = None
+    hang_watch: str = ""  # what the job is watched on for hangs, as `jobmedic jobs` shows it
     progress_reported_restarts: int = -1
     checkpoint_reported: int | None = None
     hang_reported: bool = False
-    rates: list[float] = Field(default_factory=list)  # training throughput per poll, newest last
     straggler_reported: bool = False
+
+    @property
+    def progress_at(self) -> datetime | None:
+        return self.tracker.last_progress_at
     missing_polls: int = 0
     closed: bool = False
     last_seen: datetime | None = None
@@ -104,7 +148,8 @@ class WatchContext(BaseModel):
     main_queue: str
     scheduler_queue: str
     recovery_input: Callable[[JobInfo, JobKey], JobRecoveryInput]
-    hang_bound_s: Callable[[list[float]], float]
+    # (normal intervals between progress, intervals that held a checkpoint save) -> seconds
+    hang_bound_s: Callable[[list[float], list[float]], float]
     watches: Callable[[str], bool] = lambda environment: True
     systemic_window_s: float = 300.0
 
@@ -119,15 +164,22 @@ class WatchActivities:
         screen: LogScreen,
         client: Client,
         audit: AuditSink,
+        metrics: GpuHealthPort | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
     ) -> None:
+        from activities.detection.catalogue import load_catalogue
+
         self._ctx = context
         self._slurm = slurm
         self._logs = logs
         self._screen = screen
         self._client = client
         self._audit = audit
+        self._metrics = metrics
         self._clock = clock
+        self._comm_hang_ids = frozenset(
+            p.id for p in load_catalogue().patterns if p.category.value in COMM_HANG_CATEGORIES and not p.benign
+        )
 
     @activity.defn(name=ActivityNames.WATCH_CLUSTER)
     async def watch_cluster(self, inp: WatchInput) -> None:
@@ -247,9 +299,10 @@ class WatchActivities:
         if not first and job.restarts != watched.restarts:
             reasons.append(ObservationReason.RESTART_CHANGE)
             watched.hang_reported = False
-            watched.progress_at = None  # the new attempt's hang clock starts at its own start time
-            watched.progress_times = []
-            watched.rates = []
+            # the new attempt's hang clock starts at its own start time, its rhythm is learned anew
+            watched.tracker = ProgressTracker(max_samples=KEEP_SAMPLES, source=watched.tracker.source)
+            watched.idle_checked_at = None
+            watched.gpus_idle = None
             watched.straggler_reported = False
         watched.state = job.state.value
         watched.restarts = job.restarts
@@ -260,6 +313,8 @@ class WatchActivities:
             hits = await self._read_logs(watched, job, now)
         if hits:
             reasons.append(ObservationReason.FAILURE_PATTERN)
+            if job.state is JobState.RUNNING and any(h.pattern_id in self._comm_hang_ids for h in hits):
+                watched.comm_hang_restarts = job.restarts
         if (
             watched.progress is not None
             and job.state is JobState.RUNNING
@@ -277,15 +332,35 @@ class WatchActivities:
 
         seconds_since = None
         hang = False
+        opt = job.opt_in.opt_in
+        watched.hang_watch = hang_watch_label(
+            watched.signal, user_pattern=bool(opt and opt.progress_pattern), gpu_metrics=self._metrics is not None
+        )
         if job.state is JobState.RUNNING:
-            since_ref = watched.progress_at or (_utc(job.start_time) if job.start_time else None)
+            tracker = watched.tracker
+            since_ref = tracker.last_progress_at or (_utc(job.start_time) if job.start_time else None)
             if since_ref is not None:
                 seconds_since = (now - since_ref).total_seconds()
-                bound = self._ctx.hang_bound_s(_intervals(watched.progress_times))
-                hang = seconds_since > bound
+                bound = self._ctx.hang_bound_s(tracker.iteration_intervals_s, tracker.checkpoint_intervals_s)
+                facts = {
+                    "running": True,
+                    "seconds_since_progress": seconds_since,
+                    "bound_s": bound,
+                    "progress_signal": watched.signal,
+                    "progress_finished": tracker.last_finished,
+                    "comm_hang_seen": watched.comm_hang_restarts == job.restarts,
+                }
+                evidence = hang_evidence(**facts)
+                if evidence is None and seconds_since > bound:
+                    evidence = hang_evidence(**facts, gpus_idle=await self._gpus_idle(watched, job, now, bound))
+                hang = evidence is not None
                 if hang and not watched.hang_reported:
                     watched.hang_reported = True
                     reasons.append(ObservationReason.HANG)
+                    logger.info(
+                        "job {} looks hung: {} ({:.0f}s without progress, bound {:.0f}s)",
+                        job.job_id, evidence.value, seconds_since, bound,
+                    )
                 elif not hang:
                     watched.hang_reported = False
         if job.state is JobState.RUNNING and self._straggling(watched):
@@ -321,24 +396,85 @@ class WatchActivities:
                 if chunk.lines:
                     outcome = self._screen.screen(chunk.lines, first_line_no=chunk.first_line_no)
                     hits.extend(outcome.hits)
-                    if outcome.progress is not None:
-                        watched.progress = _merge_progress(watched.progress, outcome.progress)
-                        if outcome.progress.iteration is not None:
-                            watched.progress_at = now
-                            watched.progress_times = (watched.progress_times + [round(now.timestamp(), 1)])[-KEEP_SAMPLES:]
-                        rate = _rate(outcome.progress)
-                        if rate is not None:
-                            watched.rates = (watched.rates + [round(rate, 4)])[-KEEP_SAMPLES:]
+                    self._track_progress(watched, job, chunk.lines, chunk.first_line_no, outcome.progress, now)
                 if not chunk.more:
                     break
             watched.cursors[path] = cursor
         return hits[-50:]
 
+    def _track_progress(
+        self,
+        watched: WatchedJob,
+        job: JobInfo,
+        lines: list[str],
+        first_line_no: int,
+        recognised: Progress | None,
+        now: datetime,
+    ) -> None:
+        """Feed one chunk's progress to the job's tracker, from the strongest source the job has shown."""
+        tracker = watched.tracker
+        if recognised is not None:
+            watched.progress = _merge_progress(watched.progress, recognised)
+            ckpt = recognised.checkpoint_iteration
+            if ckpt is not None and ckpt != tracker.last_checkpoint_iteration:
+                tracker.observe(ProgressSample(checkpoint=True, checkpoint_iteration=ckpt), now)
+        candidates: dict[ProgressSignal, ProgressSample] = {}
+        opt = job.opt_in.opt_in
+        pattern = _compiled(opt.progress_pattern) if opt is not None and opt.progress_pattern else None
+        if pattern is not None:
+            mine = user_progress(pattern, lines, first_line_no=first_line_no)
+            if mine is not None:
+                candidates[ProgressSignal.USER_PATTERN] = mine
+        if recognised is not None and recognised.iteration is not None and _established(watched, recognised.iteration):
+            candidates[ProgressSignal.RECOGNISED] = ProgressSample(
+                iteration=recognised.iteration, throughput=recognised.throughput, iter_time_s=recognised.iter_time_s,
+                finished=recognised.finished, source=ProgressSignal.RECOGNISED.value,
+            )
+        if watched.signal.rank < ProgressSignal.RECOGNISED.rank:
+            watched.learned, learned = learn_progress(watched.learned, lines, first_line_no=first_line_no)
+            if learned is not None:
+                candidates[ProgressSignal.LEARNED] = learned
+        if not candidates:
+            return
+        source = max(candidates, key=lambda s: s.rank)
+        if source.rank < watched.signal.rank:
+            return  # a weaker source than the job has shown: its numbers would only confuse the rhythm
+        if source is not watched.signal:
+            logger.info("job {} progress is read from {} now (was {})", job.job_id, source.value, watched.signal.value)
+            watched.signal = source
+        tracker.switch_source(source.value)
+        sample = candidates[source]
+        if sample.iteration is None:
+            # a learned template or a group-less pattern: each sample is one new progress line
+            sample.iteration = (tracker.last_iteration or 0) + 1
+        tracker.observe(sample, now)
+        if source is not ProgressSignal.RECOGNISED:
+            shown = Progress(iteration=sample.shown_iteration, finished=sample.finished)
+            watched.progress = _merge_progress(watched.progress, shown)
+
+    async def _gpus_idle(self, watched: WatchedJob, job: JobInfo, now: datetime, bound_s: float) -> bool | None:
+        """Whether DCGM shows every GPU of the job's nodes idle over the last `bound_s` (None: unknown)."""
+        if self._metrics is None or not job.nodes:
+            return None
+        if watched.idle_checked_at is not None and (now - watched.idle_checked_at).total_seconds() < IDLE_CHECK_EVERY_S:
+            return watched.gpus_idle
+        watched.idle_checked_at = now
+        try:
+            health = await self._metrics.gpu_health(list(job.nodes), start=now - timedelta(seconds=bound_s), end=now)
+        except Exception as exc:  # noqa: BLE001 - metrics are optional evidence; unknown is not idle
+            logger.warning("GPU metrics for job {} unavailable: {}", job.job_id, exc)
+            watched.gpus_idle = None
+            return None
+        watched.gpus_idle = all_gpus_idle(health.values())
+        return watched.gpus_idle
+
     def _straggling(self, watched: WatchedJob) -> bool:
         """True once per episode of sustained throughput drop against the job's own baseline."""
         from activities.detection.straggler import detect_slowdown
 
-        slow = detect_slowdown(watched.rates)
+        tracker = watched.tracker
+        skip = [i for i, after in enumerate(tracker.rate_after_checkpoint) if after]
+        slow = detect_slowdown(tracker.rates, skip=skip)
         if slow.sustained and not watched.straggler_reported:
             watched.straggler_reported = True
             return True
@@ -435,16 +571,24 @@ def _utc(value: datetime) -> datetime:
     return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
 
 
-def _intervals(times: list[float]) -> list[float]:
-    return [b - a for a, b in zip(times, times[1:]) if b > a]
+def _established(watched: WatchedJob, iteration: int) -> bool:
+    """Whether a recognised format counts as the job's progress signal (see `WatchedJob.recognised_growths`)."""
+    if watched.signal.rank >= ProgressSignal.RECOGNISED.rank:
+        return True
+    last = watched.recognised_last
+    if last is not None and iteration != last:
+        watched.recognised_growths = watched.recognised_growths + 1 if iteration > last else 0
+    watched.recognised_last = iteration
+    return watched.recognised_growths >= MIN_TEMPLATE_GROWTHS
 
 
-def _rate(progress: Progress) -> float | None:
-    if progress.throughput is not None and progress.throughput > 0:
-        return progress.throughput
-    if progress.iter_time_s is not None and progress.iter_time_s > 0:
-        return 1.0 / progress.iter_time_s
-    return None
+@lru_cache(maxsize=256)
+def _compiled(pattern: str) -> re.Pattern[str] | None:
+    """A job's progress pattern, compiled once (it was checked when the opt-in was read)."""
+    try:
+        return re.compile(pattern)
+    except re.error:
+        return None
 
 
 def _merge_progress(old: Progress | None, new: Progress) -> Progress:

@@ -3,17 +3,14 @@
 Generates a realistic training log (Megatron-style progress, NCCL INFO chatter,
 warnings, srun-labelled lines, about one failure line per 100,000 lines, ~150
 bytes a line) in a temporary directory (reused when it exists with the same
-parameters), exports the pattern set to ERE for grep, then measures in the same
-run, in turns (median of 3, file in page cache): grep, the Screener as
-production builds it (its chunks on worker threads, one per usable core), and
-the Screener on one thread. Every figure is also given as a ratio to grep's
-figure of the same run; all three must flag the same number of lines.
+parameters), exports the pattern set to ERE for grep, then measures both in the
+same run (median of 3, file in page cache) and checks that both flag the same
+number of lines.
 
     .venv/bin/python bench/screen.py            # 1 GiB
     .venv/bin/python bench/screen.py --quick    # 100 MiB, well under a minute
 
-Last line: one JSON object with mb_per_s, grep_mb_per_s, ratio_vs_grep (wall
-time, the figure issue 7 asks for), one_thread_mb_per_s, ...
+Last line: one JSON object with mb_per_s, grep_mb_per_s, ratio_vs_grep, ...
 """
 
 from __future__ import annotations
@@ -147,7 +144,6 @@ def main(argv: list[str] | None = None) -> int:
     patterns_file = log.parent / "patterns.txt"
     patterns_file.write_text("\n".join(ere) + "\n", encoding="utf-8")
     screener = Screener(keep)
-    one_thread = Screener(keep, workers=1)
     chunk = int(args.chunk_mb * MB)
 
     # warm the page cache, then measure
@@ -156,14 +152,12 @@ def main(argv: list[str] | None = None) -> int:
         {
             "grep": lambda: grep_count(patterns_file, log),
             "ours": lambda: screener.scan_file(log, chunk_bytes=chunk),
-            "one": lambda: one_thread.scan_file(log, chunk_bytes=chunk),
         },
         repeat=args.repeat,
     )
-    grep, ours, one = timed["grep"], timed["ours"], timed["one"]
+    grep, ours = timed["grep"], timed["ours"]
     result = ours.value
     flagged = result.flagged_lines
-    prefiltered = [screener.pattern_ids[i] for i in sorted(screener._main.prefiltered) if i < len(keep)]
     mb = nbytes / MB
     figures = {
         "bench": "screen",
@@ -174,14 +168,10 @@ def main(argv: list[str] | None = None) -> int:
         "patterns_without_ere": skipped,
         "patterns_on_python_re": screener.fallback_pattern_ids,
         "engine": screener.engine,
-        "workers": screener.workers,
-        "patterns_prefiltered": prefiltered,
         "chunk_mb": args.chunk_mb,
         "mb_per_s": round(mb / ours.seconds, 1),
         "grep_mb_per_s": round(mb / grep.seconds, 1),
         "ratio_vs_grep": round(grep.seconds / ours.seconds, 2),
-        "one_thread_mb_per_s": round(mb / one.seconds, 1),
-        "one_thread_ratio_vs_grep": round(grep.seconds / one.seconds, 2),
         # CPU time (user + system) is steadier than wall time when other work shares the cores
         "cpu_mb_per_s": round(mb / ours.cpu_seconds, 1) if ours.cpu_seconds else None,
         "grep_cpu_mb_per_s": round(mb / grep.cpu_seconds, 1) if grep.cpu_seconds else None,
@@ -194,7 +184,6 @@ def main(argv: list[str] | None = None) -> int:
         "screen_runs_s": [round(s, 3) for s in ours.runs],
         "load_avg_1m": round(os.getloadavg()[0], 2),
         "grep_runs_s": [round(s, 3) for s in grep.runs],
-        "one_thread_runs_s": [round(s, 3) for s in one.runs],
     }
     print(f"log: {log} ({mb:,.0f} MiB, {result.lines:,} lines); patterns: {len(keep)} from {source}")
     print_table(
@@ -202,20 +191,13 @@ def main(argv: list[str] | None = None) -> int:
         [
             ["LC_ALL=C grep -E -c -f", grep.seconds, mb / grep.seconds, grep.cpu_seconds,
              mb / max(grep.cpu_seconds, 1e-9), grep.value, 1.0, 1.0],
-            [f"jobmedic Screener ({screener.engine}, {screener.workers} threads, {args.chunk_mb:g} MiB chunks)",
+            [f"jobmedic Screener ({screener.engine}, {args.chunk_mb:g} MiB chunks, newest progress)",
              ours.seconds, mb / ours.seconds, ours.cpu_seconds, mb / max(ours.cpu_seconds, 1e-9), flagged,
              grep.seconds / ours.seconds, grep.cpu_seconds / max(ours.cpu_seconds, 1e-9)],
-            ["jobmedic Screener, one thread",
-             one.seconds, mb / one.seconds, one.cpu_seconds, mb / max(one.cpu_seconds, 1e-9),
-             one.value.flagged_lines, grep.seconds / one.seconds, grep.cpu_seconds / max(one.cpu_seconds, 1e-9)],
         ],
     )
-    print(f"grep: {mb / grep.seconds:,.1f} MB/s; the Screener {grep.seconds / ours.seconds:.2f}x that (wall time), "
-          f"{grep.seconds / one.seconds:.2f}x on one thread; load average {os.getloadavg()[0]:.2f}; "
-          f"prefiltered: {', '.join(prefiltered) or 'none'}")
-    if flagged != grep.value or one.value.flagged_lines != grep.value:
-        print(f"MISMATCH: the screener flagged {flagged} lines ({one.value.flagged_lines} on one thread), "
-              f"grep {grep.value}", file=sys.stderr)
+    if flagged != grep.value:
+        print(f"MISMATCH: the screener flagged {flagged} lines, grep {grep.value}", file=sys.stderr)
         figures["error"] = "flagged line counts differ"
         emit_json(figures)
         return 1

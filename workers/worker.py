@@ -63,9 +63,14 @@ def hang_bound_factory(cluster: ClusterSettings):
 
     h = cluster.hang
 
-    def bound(iteration_intervals: list[float]) -> float:
+    def bound(iteration_intervals: list[float], checkpoint_intervals: list[float]) -> float:
         return hang_bound(
-            iteration_intervals, [], floor_s=h.floor_s, ceiling_s=h.ceiling_s, default_s=h.default_s, factor=h.factor
+            iteration_intervals,
+            checkpoint_intervals,
+            floor_s=h.floor_s,
+            ceiling_s=h.ceiling_s,
+            default_s=h.default_s,
+            factor=h.factor,
         )
 
     return bound
@@ -158,6 +163,7 @@ async def build_workers(settings: Settings, client: Client, *, clusters: list[Cl
             screen=screen,
             client=client,
             audit=audit,
+            metrics=part.metrics,
         )
         workers.append(
             Worker(

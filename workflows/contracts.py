@@ -36,6 +36,7 @@ class OptIn(Contract):
     mode: Mode = Mode.OBSERVE
     max_attempts: int | None = None
     checkpoint_dir: str | None = None
+    progress_pattern: str | None = None  # the job's own progress line (checked in adapters/slurm/optin.py)
 
 
 class OptInResult(Contract):
@@ -337,6 +338,7 @@ class Progress(Contract):
     iter_time_s: float | None = None
     checkpoint_iteration: int | None = None
     seen_at: datetime | None = None
+    finished: bool = False  # the newest progress line showed done == total (a finished bar)
 
 
 # --------------------------------------------------------------------------- decision

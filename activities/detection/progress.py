@@ -8,13 +8,18 @@ line costs a few microseconds.
 
 Formats: Megatron-LM / NeMo (Megatron core), HF Trainer / Accelerate (dict
 lines and tqdm bars), PyTorch Lightning (classic tqdm and rich bars), DeepSpeed,
-torchtitan and plain "step N" lines.
+torchtitan and plain "step N" lines. Any other format is learned from the job
+itself when a line template repeats with a growing number (`learn_progress`),
+and a job can name its own progress line in its opt-in (`user_progress`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+
+from pydantic import Field
 
 from workflows.contracts import Contract, Progress
 
@@ -38,7 +43,9 @@ class ProgressSample(Contract):
     checkpoint_iteration: int | None = None
     checkpoint: bool = False
     line_no: int | None = None
-    source: str = ""  # megatron | deepspeed | torchtitan | tqdm | lightning | hf | plain | checkpoint
+    source: str = ""  # megatron | deepspeed | torchtitan | tqdm | lightning | hf | plain | checkpoint | learned | user_pattern
+    finished: bool = False  # the line shows done == total (a finished bar: the next phase may print nothing we know)
+    shown_iteration: int | None = None  # the number to show people when `iteration` is not comparable (learned)
 
     @property
     def rate(self) -> float | None:
@@ -240,7 +247,7 @@ def _parse_bar(line: str) -> ProgressSample | None:
             if bare is None:
                 return None
             done, total, inside, source = int(bare.group(1)), 0, bare.group(2), "tqdm"
-    sample = ProgressSample(iteration=done, source=source)
+    sample = ProgressSample(iteration=done, source=source, finished=bool(total) and done >= total)
     if epoch_match is not None and total:
         # batch index restarts every epoch; make the iteration monotonic
         sample.iteration = int(epoch_match.group(1)) * total + done
@@ -365,6 +372,8 @@ def latest_progress(samples: Iterable[ProgressSample]) -> Progress:
     """
     progress = Progress()
     for sample in samples:
+        if not sample.checkpoint:
+            progress.finished = sample.finished
         if sample.iteration is not None:
             progress.iteration = sample.iteration
         if sample.loss is not None:
@@ -376,3 +385,151 @@ def latest_progress(samples: Iterable[ProgressSample]) -> Progress:
         if sample.checkpoint and sample.checkpoint_iteration is not None:
             progress.checkpoint_iteration = sample.checkpoint_iteration
     return progress
+
+
+# --------------------------------------------------------------------------- generic progress: learned line templates
+
+# A line whose format no parser above knows is still progress when the same line
+# template keeps coming back with a growing number in a progress position: after
+# a progress word (step, it, iter, iteration, batch, epoch, samples), in front of
+# `it` (tqdm without a total), or as `done/total` in brackets or before a tqdm
+# `[`. A template is the line with every number masked, the bar of a tqdm line
+# dropped and whitespace collapsed; it is learned once MIN_TEMPLATE_GROWTHS
+# growths in a row were seen (three lines), so one line mentioning "step 5" is
+# never a progress signal. Numbers elsewhere (timestamps, losses, ranks) are
+# masked into the template and never count as progress.
+
+MIN_TEMPLATE_GROWTHS = 2  # three lines of one template, each with a larger progress number
+MAX_TEMPLATES = 8  # candidate templates remembered per job (they travel in the watch's heartbeat)
+MAX_LEARN_LINES = 400  # newest lines of a batch examined (progress lines repeat; older ones add nothing)
+
+_WORD = r"(?:global[ _]?step|steps?|it|iter(?:ation)?s?|batch(?:es)?|epochs?|samples?)"
+_POSITIONS = re.compile(
+    r"\b" + _WORD + r"\b\s*[:=#]?\s*[\[(]?\s*([0-9]+)(?:\s*(?:/|of)\s*([0-9]+))?"  # step 12, epoch [3/10], batch 4 of 9
+    r"|\[\s*([0-9]+)\s*/\s*([0-9]+)\s*\]"  # [12/500]
+    r"|(?<![\w./])([0-9]+)\s*/\s*([0-9]+)\s*\["  # tqdm: 37/100 [00:10<00:19, ...]
+    r"|(?<![\w.])([0-9]+)it\b",  # tqdm without a total: 100it [00:10, ...]
+    re.IGNORECASE,
+)
+_BAR_BODY = re.compile(r"%\s*\|[^|]{0,200}\|")
+_ANY_NUMBER = re.compile(r"0x[0-9a-fA-F]+|[0-9]+(?:[.,][0-9]+)*(?:[eE][-+]?[0-9]+)?")
+_SPACES = re.compile(r"\s+")
+
+
+class TemplateState(Contract):
+    """One candidate line template: its digest, the progress numbers of its newest line, growths in a row."""
+
+    digest: str
+    last: list[int] = Field(default_factory=list)
+    growths: int = 0
+    learned: bool = False
+
+
+class LearnedProgress(Contract):
+    """What the generic learner remembers of one job between batches (bounded, newest template last)."""
+
+    templates: list[TemplateState] = Field(default_factory=list)
+
+    @property
+    def learned(self) -> bool:
+        return any(t.learned for t in self.templates)
+
+
+def line_template(line: str) -> tuple[str, list[int], list[int]] | None:
+    """(template, progress numbers, totals) of a cleaned line, or None when no number sits in a progress position.
+
+    Totals are 0 where the line gives none.
+    """
+    done: list[int] = []
+    totals: list[int] = []
+    for m in _POSITIONS.finditer(line):
+        groups = m.groups()
+        for i in (0, 2, 4):
+            if groups[i] is not None:
+                done.append(int(groups[i]))
+                totals.append(int(groups[i + 1]) if groups[i + 1] is not None else 0)
+                break
+        else:
+            done.append(int(groups[6]))
+            totals.append(0)
+    if not done:
+        return None
+    masked = _ANY_NUMBER.sub("#", _BAR_BODY.sub("%|", line))
+    return _SPACES.sub(" ", masked).strip()[:400], done, totals
+
+
+def _digest(template: str) -> str:
+    return hashlib.blake2b(template.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+def learn_progress(
+    state: LearnedProgress, lines: Sequence[str], *, first_line_no: int = 1
+) -> tuple[LearnedProgress, ProgressSample | None]:
+    """Feed a batch of raw lines (oldest first); the new state and the newest progress of a learned template.
+
+    A learned template's line counts as progress whenever its numbers change:
+    they grow, or go back (a new epoch's bar, a restart from a checkpoint). The
+    same numbers again (a rank repeating "waiting at step 37") are no progress.
+    The sample has no iteration (templates are not comparable with each other);
+    its `line_no` says which line it is, `finished` whether it shows done == total.
+    """
+    templates = [t.model_copy() for t in state.templates]
+    newest: ProgressSample | None = None
+    start = max(0, len(lines) - MAX_LEARN_LINES)
+    for offset in range(start, len(lines)):
+        text = clean_line(lines[offset])
+        parsed = line_template(text) if text else None
+        if parsed is None:
+            continue
+        template, done, totals = parsed
+        digest = _digest(template)
+        found = next((t for t in templates if t.digest == digest), None)
+        if found is None:
+            found = TemplateState(digest=digest, last=done)
+            templates.append(found)
+            del templates[: -MAX_TEMPLATES]
+            continue
+        templates.remove(found)
+        templates.append(found)  # newest last: the least recently seen is dropped first
+        if done == found.last:
+            continue
+        grew = done > found.last
+        found.last = done
+        if not found.learned:
+            found.growths = found.growths + 1 if grew else 0
+            found.learned = found.growths >= MIN_TEMPLATE_GROWTHS
+            if not found.learned:
+                continue
+        newest = ProgressSample(
+            line_no=first_line_no + offset,
+            source="learned",
+            finished=bool(totals[-1]) and done[-1] >= totals[-1],
+            shown_iteration=done[-1],
+        )
+    return LearnedProgress(templates=templates), newest
+
+
+# --------------------------------------------------------------------------- the job's own progress pattern
+
+USER_LINE_CHARS = 512  # a user pattern sees at most this much of a line (see adapters/slurm/optin.py)
+
+
+def user_progress(pattern: re.Pattern[str], lines: Sequence[str], *, first_line_no: int = 1) -> ProgressSample | None:
+    """The newest line of the batch that the job's own `progress_pattern` matches, as a progress sample.
+
+    The pattern was checked when the opt-in was read (bounded length, no nested
+    or repeated alternation, at most two open-ended repeats). When it has a
+    group, the first group is the iteration (a repeat of the same number is no
+    progress); otherwise every new matching line is progress.
+    """
+    start = max(0, len(lines) - MAX_LEARN_LINES)
+    for offset in range(len(lines) - 1, start - 1, -1):
+        text = clean_line(lines[offset])[:USER_LINE_CHARS]
+        m = pattern.search(text) if text else None
+        if m is None:
+            continue
+        iteration = _int(m.group(1)) if pattern.groups and m.group(1) is not None else None
+        return ProgressSample(
+            iteration=iteration, line_no=first_line_no + offset, source="user_pattern", shown_iteration=iteration
+        )
+    return None

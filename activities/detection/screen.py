@@ -81,7 +81,7 @@ MAX_REPORTS_PER_LINE = 256
 # that every rank reporting an NCCL timeout in a 1,000-rank job is still seen (victims vs
 # suspects); benign look-alikes, the patterns that repeat by the million, are not screened.
 HITS_PER_PATTERN = 1024
-_FIRST_WINDOW = 2048  # bytes before a chunk's end searched first for its newest progress line (then x4)
+_FIRST_WINDOW = 16384
 _MAX_PARSE_TRIES = 64
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 # Expressions hyperscan scans slowly, each with a cheaper necessary condition that the chunk pass
@@ -822,13 +822,10 @@ def _feed_stream(
     buf = bytearray(chunk_bytes)
     filled = 0
     while True:
-        # top a short carried-over line up to one chunk (one scan, not a chunk and a sliver);
-        # a long one gets a whole chunk more
-        want = chunk_bytes - filled if filled < chunk_bytes // 2 else chunk_bytes
-        if len(buf) < filled + want:
-            buf.extend(bytes(filled + want - len(buf)))
+        if len(buf) < filled + chunk_bytes:
+            buf.extend(bytes(filled + chunk_bytes - len(buf)))
         with memoryview(buf) as view:
-            got = stream.readinto(view[filled:filled + want]) or 0
+            got = stream.readinto(view[filled:filled + chunk_bytes]) or 0
         nbytes += got
         total = filled + got
         if got == 0:
@@ -856,8 +853,8 @@ def _feed_stream(
             filled = total - cut
             continue
         nxt = free.pop() if free else bytearray(chunk_bytes)
-        if len(nxt) < total - cut:
-            nxt.extend(bytes(total - cut - len(nxt)))
+        if len(nxt) < total - cut + chunk_bytes:
+            nxt.extend(bytes(total - cut + chunk_bytes - len(nxt)))
         nxt[:total - cut] = buf[cut:total]
         pipe.add(buf, 0, cut, base=nbytes - total, release=releaser(buf))
         buf, filled = nxt, total - cut

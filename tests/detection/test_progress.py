@@ -157,3 +157,117 @@ def test_clean_line_bounds_work_on_huge_lines() -> None:
     text = clean_line("x" * 1_000_000 + " step 5 loss 1.0")
     assert len(text) <= 4096 and text.endswith("step 5 loss 1.0")
     assert parse_progress_line("x" * 1_000_000 + " step 5 loss 1.0").iteration == 5
+
+
+# --------------------------------------------------------------------------- generic progress: learned templates
+
+from activities.detection.progress import (  # noqa: E402
+    MAX_TEMPLATES,
+    LearnedProgress,
+    learn_progress,
+    line_template,
+    user_progress,
+)
+
+# line -> (progress numbers, totals); None: no number in a progress position
+TEMPLATE_CASES = [
+    ("[trainer] step 12 loss 2.31", ([12], [0])),
+    ("2026-01-01 12:00:01 worker0 | iter: 7/500 | loss=0.3", ([7], [500])),
+    ("Epoch [3/10] Batch 12", ([3, 12], [10, 0])),
+    ("[12/500] loss=0.3 lr=1e-4", ([12], [500])),
+    ("37%|███▋      | 37/100 [00:10<00:19, 3.2it/s]", ([37], [100])),
+    ("100it [00:10, 10.00it/s]", ([100], [0])),
+    ("samples: 1200 tokens 5", ([1200], [0])),
+    ("processing batch 4 of 9", ([4], [9])),
+    ("12:00:01 heartbeat ok 3", None),  # numbers, but none in a progress position
+    ("GPU 3/8 ready", None),  # a fraction with no bracket, no bar, no progress word
+    ("date 12/05/2026", None),
+    ("", None),
+]
+
+
+@pytest.mark.parametrize(("line", "expected"), TEMPLATE_CASES)
+def test_line_template_finds_numbers_in_progress_positions(line: str, expected) -> None:
+    parsed = line_template(line)
+    assert (parsed[1:] if parsed else None) == expected
+
+
+def test_template_masks_numbers_and_the_bar() -> None:
+    a = line_template("  5%|▌         | 5/100 [00:01<00:19, 5.0it/s]")
+    b = line_template(" 37%|███▋      | 37/100 [00:10<00:19, 3.2it/s]")
+    assert a is not None and b is not None and a[0] == b[0]
+    assert line_template("2026-01-01 12:00:01 step 5 loss 2.3")[0] == line_template("2026-01-02 13:10:11 step 6 loss 1.9")[0]
+
+
+def _learn(lines: list[str], state: LearnedProgress | None = None):
+    """Feed lines one batch each; the samples that came out (None where none did)."""
+    state = state or LearnedProgress()
+    out = []
+    for i, line in enumerate(lines):
+        state, sample = learn_progress(state, [line], first_line_no=i + 1)
+        out.append(sample)
+    return state, out
+
+
+# lines (one batch each) -> indexes of the lines that are progress
+LEARN_CASES = [
+    ([f"[trainer] batch {i} of 100 done" for i in (1, 2, 3, 4)], [2, 3]),  # learned at the third line
+    (["[trainer] step 5 loss 2.0"], []),  # one line mentioning a step is no progress signal
+    (["step 5 waiting for rank 3"] * 6, []),  # the same number again and again: a stuck rank, not progress
+    (["step 3 x", "step 2 x", "step 4 x", "step 5 x"], [3]),  # a drop before learning starts the count again
+    ([f" {p}%|#   | {p}/100 [00:0{p % 10}<00:01, 3.0it/s]" for p in (10, 20, 30, 40)], [2, 3]),  # tqdm bar
+    (["epoch 1 step 9", "epoch 1 step 10", "epoch 2 step 1", "epoch 2 step 2"], [2, 3]),  # (epoch, step) grows
+    ([f"12:00:0{i} heartbeat {i}" for i in range(6)], []),  # growing numbers outside progress positions
+]
+
+
+@pytest.mark.parametrize(("lines", "progress_at"), LEARN_CASES)
+def test_learn_progress_table(lines: list[str], progress_at: list[int]) -> None:
+    state, samples = _learn(lines)
+    assert [i for i, s in enumerate(samples) if s is not None] == progress_at
+    assert state.learned is bool(progress_at)
+
+
+def test_a_learned_template_counts_a_reset_and_knows_a_finished_bar() -> None:
+    state, _ = _learn([f"[eval] batch {i}/4" for i in (1, 2, 3)])
+    state, sample = learn_progress(state, ["[eval] batch 4/4"], first_line_no=10)
+    assert sample is not None and sample.finished and sample.line_no == 10 and sample.shown_iteration == 4
+    state, sample = learn_progress(state, ["[eval] batch 1/4"], first_line_no=11)  # the next epoch's bar
+    assert sample is not None and not sample.finished
+
+
+def test_learn_progress_takes_a_whole_batch_and_reports_its_newest_line() -> None:
+    lines = ["loading data", *[f"it {i} | loss 1.0" for i in range(1, 6)], "some other line"]
+    state, sample = learn_progress(LearnedProgress(), lines, first_line_no=100)
+    assert sample is not None and sample.line_no == 105 and sample.source == "learned"
+
+
+def test_learned_state_is_bounded_and_round_trips() -> None:
+    state = LearnedProgress()
+    for i in range(50):
+        state, _ = learn_progress(state, [f"kind{'x' * i} step {i}"])
+    assert len(state.templates) == MAX_TEMPLATES
+    assert LearnedProgress.model_validate_json(state.model_dump_json()) == state
+
+
+USER_CASES = [
+    (r"shard (\d+) done", ["shard 3 done", "noise", "shard 4 done"], (4, 3)),  # newest match, group = iteration
+    (r"^\[rank0\] ok", ["[rank0] ok", "[rank1] ok"], (None, 1)),  # no group: the line itself
+    (r"shard (\d+) done", ["nothing here"], None),
+]
+
+
+@pytest.mark.parametrize(("pattern", "lines", "expected"), USER_CASES)
+def test_user_progress(pattern: str, lines: list[str], expected) -> None:
+    import re
+
+    sample = user_progress(re.compile(pattern), lines, first_line_no=1)
+    if expected is None:
+        assert sample is None
+    else:
+        assert sample is not None and (sample.iteration, sample.line_no) == (expected[0], expected[1])
+
+
+def test_a_finished_recognised_bar_is_marked() -> None:
+    assert parse_progress_line("100%|██████████| 100/100 [00:10<00:00, 9.9it/s]").finished
+    assert not parse_progress_line(" 50%|█████     | 50/100 [00:05<00:05, 9.9it/s]").finished

@@ -86,7 +86,7 @@ def make(listing: Listing, logs: Logs, temporal: Temporal, screen: LogScreen, cl
 
     ctx = WatchContext(
         cluster="c1", environment="prod", main_queue="m", scheduler_queue="q",
-        recovery_input=recovery_input, hang_bound_s=lambda intervals: 3600.0, systemic_window_s=60.0,
+        recovery_input=recovery_input, hang_bound_s=lambda intervals, checkpoints: 3600.0, systemic_window_s=60.0,
     )
     return WatchActivities(context=ctx, slurm=listing, logs=logs, screen=screen, client=temporal,  # type: ignore[arg-type]
                            audit=Audit(), clock=clock)
