@@ -36,6 +36,8 @@ class OptIn(Contract):
     mode: Mode = Mode.OBSERVE
     max_attempts: int | None = None
     checkpoint_dir: str | None = None
+    # a straggler's culprit may be excluded by a restart (None: as the cluster's policy says)
+    straggler_action: bool | None = None
     progress_pattern: str | None = None  # the job's own progress line (checked in adapters/slurm/optin.py)
 
 
@@ -394,6 +396,16 @@ class JobEvidence(Contract):
     collected_at: datetime | None = None
 
 
+class StragglerFinding(Contract):
+    """Which node slows a straggling job (activities/detection/culprit.py), with the evidence either way."""
+
+    culprits: list[str] = Field(default_factory=list)
+    reasons: dict[str, list[str]] = Field(default_factory=dict)  # culprit -> why
+    evidence: list[EvidenceLine] = Field(default_factory=list)  # every compared node's figures
+    explanation: str = ""
+    nodes_compared: int = 0
+
+
 # --------------------------------------------------------------------------- policy and audit
 
 
@@ -410,6 +422,9 @@ class PolicyConfig(Contract):
     systemic_window_s: float = 300.0
     drain_nodes: bool = False
     do_not_restart_exit_code: int = 93
+    # stragglers: advice only unless enabled here or by the job's opt-in (workflows/straggler_policy.py)
+    straggler_action: bool = False
+    straggler_restart_limit: int = 2
 
 
 class EventType(StrEnum):

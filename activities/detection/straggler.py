@@ -5,6 +5,11 @@ of its own recent healthy baseline for several consecutive samples. Warm-up
 samples, the step that contains a checkpoint save and a single slow step do not
 count. With per-host GPU metrics (utilisation, per-node throughput), the slow
 host is the one far below the others.
+
+`straggler_culprit` is the one step that asks the outside world: given a metrics
+port (`PrometheusClient.node_telemetry`) and the per-rank timings the job printed,
+it names the slow node through the pure `activities.detection.culprit.find_culprits`.
+A metrics failure is evidence too ("metrics unavailable"), never an exception.
 """
 
 from __future__ import annotations
@@ -13,9 +18,16 @@ import math
 import statistics
 from collections import deque
 from collections.abc import Collection, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Protocol
 
 from activities.detection.progress import ProgressSample
-from workflows.contracts import Contract
+from activities.detection.rank_timing import RankTiming, node_timings
+from adapters.errors import MetricsError
+from workflows.contracts import Contract, EvidenceLine, JobInfo, StragglerFinding
+
+if TYPE_CHECKING:
+    from adapters.metrics.telemetry import NodeTelemetry
 
 DEFAULT_WARMUP = 3
 DEFAULT_WINDOW = 20
@@ -148,3 +160,51 @@ def slow_hosts(
     if len(slow) * 2 > len(summary):
         return []
     return sorted(slow)
+
+
+# --------------------------------------------------------------------------- the culprit
+
+MIN_CULPRIT_WINDOW_S = 120.0  # enough scrapes for a mean even at a 15 s interval
+MAX_CULPRIT_WINDOW_S = 1800.0
+
+
+class NodeTelemetrySource(Protocol):
+    async def node_telemetry(self, hosts: list[str], *, start: datetime, end: datetime) -> dict[str, NodeTelemetry]: ...
+
+
+def culprit_window(slow_since: datetime | None, now: datetime) -> tuple[datetime, datetime]:
+    """The window to compare nodes over: from the start of the slow run (bounded), to now."""
+    span = (now - slow_since).total_seconds() if slow_since is not None else MAX_CULPRIT_WINDOW_S / 3
+    span = min(MAX_CULPRIT_WINDOW_S, max(MIN_CULPRIT_WINDOW_S, span))
+    return now - timedelta(seconds=span), now
+
+
+async def straggler_culprit(
+    metrics: NodeTelemetrySource | None,
+    job: JobInfo,
+    *,
+    start: datetime,
+    end: datetime,
+    timings: Sequence[RankTiming] = (),
+) -> StragglerFinding:
+    """The node slowing `job`, from per-node DCGM series over [start, end] and per-rank timings.
+
+    One query per metric covers all the job's nodes. Without metrics (none configured, or
+    Prometheus failing) the per-rank timings alone decide, and the evidence says so.
+    """
+    from activities.detection.culprit import find_culprits
+
+    telemetry: dict[str, NodeTelemetry] = {}
+    notes: list[EvidenceLine] = []
+    if metrics is not None and job.nodes:
+        try:
+            telemetry = await metrics.node_telemetry(list(job.nodes), start=start, end=end)
+        except MetricsError as exc:
+            notes.append(EvidenceLine(source="metrics", line=f"GPU metrics unavailable: {exc}",
+                                      pattern_id="straggler.metrics_unavailable"))
+    elif metrics is None:
+        notes.append(EvidenceLine(source="metrics", line="no metrics source configured; per-rank timings only",
+                                  pattern_id="straggler.metrics_unavailable"))
+    finding = find_culprits(telemetry, node_timings(timings, job.layout), nodes=job.nodes)
+    finding.evidence = notes + finding.evidence
+    return finding

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import math
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
@@ -29,6 +29,9 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from adapters.errors import MetricsError
 from adapters.metrics.promql import host_matcher, window_seconds
 from workflows.contracts import EvidenceLine
+
+if TYPE_CHECKING:
+    from adapters.metrics.telemetry import NodeTelemetry
 
 XID = "DCGM_FI_DEV_XID_ERRORS"
 # newer dcgm-exporters also count Xids per code (label `xid`) over a sliding window
@@ -306,6 +309,22 @@ class PrometheusClient:
             if host is not None:
                 out[host] = _value(series)
         return out
+
+    async def node_telemetry(self, hosts: list[str], *, start: datetime, end: datetime) -> dict[str, "NodeTelemetry"]:
+        """Per-GPU clock, power, temperature, utilisation, throttling, Xid and ECC of each host over the window.
+
+        One query per metric for all hosts (adapters/metrics/telemetry.py); every host asked for gets an
+        entry, without GPUs when DCGM said nothing about it.
+        """
+        from adapters.metrics.telemetry import read_telemetry, telemetry_queries
+
+        if not hosts:
+            return {}
+        queries = telemetry_queries(self.host_label, hosts, start=start, end=end)
+        async with self._client() as client:
+            answers = await asyncio.gather(*(self.query(q, at=end, client=client) for q in queries.values()))
+        return read_telemetry(hosts, {name: result for name, (_, result) in zip(queries, answers)},
+                              host_label=self.host_label)
 
 
 def _requested_host(label_value: str, hosts: list[str]) -> str | None:
