@@ -27,6 +27,7 @@ from activities.detection.progress import clean_line, parse_progress_line
 from workflows.contracts import Contract, TaskLayout
 
 MAX_TIMINGS = 512  # per job, newest kept (they travel in the watch's heartbeat)
+MAX_LINE_CHARS = 300  # of the source line kept with each timing
 
 # the compute part of a step first: in synchronous training the fast ranks wait for the
 # slow one inside communication, so whole-step times differ less than compute times
@@ -106,7 +107,7 @@ def parse_rank_timings(lines: Iterable[str], *, first_line_no: int = 1) -> list[
             m = _BLOCK_RANK.match(text)
             if m and block_timer is not None:
                 out.append(RankTiming(rank=int(m.group(1)), timer=block_timer, seconds=float(m.group(2)) / 1000.0,
-                                      line_no=line_no, line=raw))
+                                      line_no=line_no, line=raw[:MAX_LINE_CHARS]))
                 continue
             m = _BLOCK_TIMER.match(text)
             if m:
@@ -126,13 +127,15 @@ def _rank_line(text: str, task: int | None, line_no: int, raw: str) -> list[Rank
     ds = _DS_TIMERS.search(rest)
     if ds:
         return [
-            RankTiming(rank=rank, task=task, timer=name, seconds=float(value) / 1000.0, line_no=line_no, line=raw)
+            RankTiming(rank=rank, task=task, timer=name, seconds=float(value) / 1000.0, line_no=line_no,
+                   line=raw[:MAX_LINE_CHARS])
             for name, value in _DS_PAIR.findall(ds.group(1))
         ]
     sample = parse_progress_line(rest)
     if sample is None or sample.iter_time_s is None or sample.iter_time_s <= 0:
         return []
-    return [RankTiming(rank=rank, task=task, timer="iteration", seconds=sample.iter_time_s, line_no=line_no, line=raw)]
+    return [RankTiming(rank=rank, task=task, timer="iteration", seconds=sample.iter_time_s, line_no=line_no,
+                       line=raw[:MAX_LINE_CHARS])]
 
 
 def keep_recent(kept: Sequence[RankTiming], new: Sequence[RankTiming], *, limit: int = MAX_TIMINGS) -> list[RankTiming]:
