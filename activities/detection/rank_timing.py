@@ -128,7 +128,7 @@ def _rank_line(text: str, task: int | None, line_no: int, raw: str) -> list[Rank
     if ds:
         return [
             RankTiming(rank=rank, task=task, timer=name, seconds=float(value) / 1000.0, line_no=line_no,
-                   line=raw[:MAX_LINE_CHARS])
+                       line=raw[:MAX_LINE_CHARS])
             for name, value in _DS_PAIR.findall(ds.group(1))
         ]
     sample = parse_progress_line(rest)
