@@ -81,7 +81,7 @@ MAX_REPORTS_PER_LINE = 256
 # that every rank reporting an NCCL timeout in a 1,000-rank job is still seen (victims vs
 # suspects); benign look-alikes, the patterns that repeat by the million, are not screened.
 HITS_PER_PATTERN = 1024
-_FIRST_WINDOW = 16384
+_FIRST_WINDOW = 2048  # bytes before a chunk's end searched first for its newest progress line (then x4)
 _MAX_PARSE_TRIES = 64
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 # Expressions hyperscan scans slowly, each with a cheaper necessary condition that the chunk pass
@@ -361,7 +361,9 @@ class _Acc:
         self.keep_last = None if hits_per_pattern is None else max(1, hits_per_pattern - (self.keep_first or 0))
         self.first: list[Hit] = []
         self.first_count = [0] * n_patterns
-        self.recent: list[deque[Hit]] = [deque(maxlen=self.keep_last) for _ in range(n_patterns)]
+        # the newest hits per pattern as (line no, line bytes, offset): most are pushed out again,
+        # so they become Hit objects only when the scan ends
+        self.recent: list[deque[tuple[int, bytes, int]]] = [deque(maxlen=self.keep_last) for _ in range(n_patterns)]
         self.counts = [0] * n_patterns
         self.flagged = 0
         self.last_flagged: tuple[int, set[int]] = (-1, set())  # line no, ids counted on it
@@ -370,7 +372,10 @@ class _Acc:
         self.checkpoints: list[ProgressSample] = []
 
     def result(self, pattern_ids: list[str], *, lines: int, nbytes: int) -> ScreenResult:
-        hits = self.first + [h for ring in self.recent for h in ring]
+        hits = self.first + [
+            Hit.model_construct(pattern_id=pattern_ids[i], line_no=no, line=_text(raw), offset=offset)
+            for i, ring in enumerate(self.recent) for no, raw, offset in ring
+        ]
         order = {pid: i for i, pid in enumerate(pattern_ids)}
         hits.sort(key=lambda h: (h.line_no, order[h.pattern_id]))
         return ScreenResult(
@@ -648,7 +653,7 @@ class Screener:
         for i, ring in chunk_recent.items():
             target = acc.recent[i]
             acc.dropped += max(0, len(target) + len(ring) - (target.maxlen or 0))
-            target.extend(self._hit(i, no, data, ls, le, anchor, base) for no, ls, le, anchor in ring)
+            target.extend((no, _line_bytes(data, ls, le, anchor), base + ls) for no, ls, le, anchor in ring)
         for sample in found.progress:
             sample.line_no = first_line_no + (sample.line_no or 0)
             acc.progress.append(sample)
@@ -656,7 +661,8 @@ class Screener:
 
     def _hit(self, i: int, line_no: int, data: bytes, ls: int, le: int, anchor: int, base: int) -> Hit:
         return Hit.model_construct(
-            pattern_id=self.pattern_ids[i], line_no=line_no, line=_line_text(data, ls, le, anchor), offset=base + ls
+            pattern_id=self.pattern_ids[i], line_no=line_no, line=_text(_line_bytes(data, ls, le, anchor)),
+            offset=base + ls,
         )
 
     def _newest_progress(
@@ -822,10 +828,13 @@ def _feed_stream(
     buf = bytearray(chunk_bytes)
     filled = 0
     while True:
-        if len(buf) < filled + chunk_bytes:
-            buf.extend(bytes(filled + chunk_bytes - len(buf)))
+        # top a short carried-over line up to one chunk (one scan, not a chunk and a sliver);
+        # a long one gets a whole chunk more
+        want = chunk_bytes - filled if filled < chunk_bytes // 2 else chunk_bytes
+        if len(buf) < filled + want:
+            buf.extend(bytes(filled + want - len(buf)))
         with memoryview(buf) as view:
-            got = stream.readinto(view[filled:filled + chunk_bytes]) or 0
+            got = stream.readinto(view[filled:filled + want]) or 0
         nbytes += got
         total = filled + got
         if got == 0:
@@ -853,8 +862,8 @@ def _feed_stream(
             filled = total - cut
             continue
         nxt = free.pop() if free else bytearray(chunk_bytes)
-        if len(nxt) < total - cut + chunk_bytes:
-            nxt.extend(bytes(total - cut + chunk_bytes - len(nxt)))
+        if len(nxt) < total - cut:
+            nxt.extend(bytes(total - cut - len(nxt)))
         nxt[:total - cut] = buf[cut:total]
         pipe.add(buf, 0, cut, base=nbytes - total, release=releaser(buf))
         buf, filled = nxt, total - cut
@@ -878,12 +887,16 @@ def _clean(text: str) -> str:
     return text.replace("\x00", "").rstrip("\r")
 
 
-def _line_text(data: bytes, ls: int, le: int, anchor: int) -> str:
+def _line_bytes(data: bytes, ls: int, le: int, anchor: int) -> bytes:
     """The hit's line, or for a very long line a window around the match's end."""
     if le - ls > MAX_LINE_TEXT:
         lo = max(ls, min(anchor - MAX_LINE_TEXT * 3 // 4, le - MAX_LINE_TEXT))
         ls, le = lo, min(le, lo + MAX_LINE_TEXT)
-    return _clean(data[ls:le].decode("utf-8", "replace"))
+    return data[ls:le]
+
+
+def _text(raw: bytes) -> str:
+    return _clean(raw.decode("utf-8", "replace"))
 
 
 def _tail_text(data: bytes, ls: int, le: int) -> str:
