@@ -3,14 +3,17 @@
 Generates a realistic training log (Megatron-style progress, NCCL INFO chatter,
 warnings, srun-labelled lines, about one failure line per 100,000 lines, ~150
 bytes a line) in a temporary directory (reused when it exists with the same
-parameters), exports the pattern set to ERE for grep, then measures both in the
-same run (median of 3, file in page cache) and checks that both flag the same
-number of lines.
+parameters), exports the pattern set to ERE for grep, then measures in the same
+run, in turns (median of 3, file in page cache): grep, the Screener as
+production builds it (its chunks on worker threads, one per usable core), and
+the Screener on one thread. Every figure is also given as a ratio to grep's
+figure of the same run; all three must flag the same number of lines.
 
     .venv/bin/python bench/screen.py            # 1 GiB
     .venv/bin/python bench/screen.py --quick    # 100 MiB, well under a minute
 
-Last line: one JSON object with mb_per_s, grep_mb_per_s, ratio_vs_grep, ...
+Last line: one JSON object with mb_per_s, grep_mb_per_s, ratio_vs_grep (wall
+time, the figure issue 7 asks for), one_thread_mb_per_s, ...
 """
 
 from __future__ import annotations
@@ -21,13 +24,14 @@ import random
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import emit_json, load_patterns, print_table, time_interleaved  # noqa: E402
 
-from activities.detection.screen import CHUNK_BYTES, Screener, export_grep_patterns  # noqa: E402
+from activities.detection.screen import CHUNK_BYTES, PREFILTERS, Screener, export_grep_patterns  # noqa: E402
 
 GENERATOR_VERSION = 2
 MB = 1 << 20
@@ -124,6 +128,39 @@ def grep_count(patterns_file: Path, log: Path) -> int:
     return int(proc.stdout.strip() or 0)
 
 
+def pattern_costs(patterns: list, log: Path, *, top: int, sample: int = 32 * MB) -> list[tuple[str, float]]:
+    """The patterns whose removal speeds the chunk scan most, with the share of its CPU time each costs.
+
+    Leave-one-out over the first `sample` bytes of the log, best of 3, the chunk
+    database as the Screener builds it (prefilters in place).
+    """
+    import hyperscan
+
+    with open(log, "rb") as f:
+        data = f.read(sample)
+    exprs = [PREFILTERS.get(p.regex.encode(), p.regex.encode()) for p in patterns]
+    flags = [hyperscan.HS_FLAG_MULTILINE | (hyperscan.HS_FLAG_CASELESS if getattr(p, "caseless", False) else 0)
+             for p in patterns]
+
+    def cpu_seconds(skip: int | None) -> float:
+        keep = [i for i in range(len(exprs)) if i != skip]
+        db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        db.compile(expressions=[exprs[i] for i in keep], ids=list(range(len(keep))), elements=len(keep),
+                   flags=[flags[i] for i in keep])
+        best = float("inf")
+        with memoryview(data) as view:
+            for _ in range(3):
+                t0 = time.process_time()
+                for at in range(0, len(data), CHUNK_BYTES):
+                    db.scan(view[at:at + CHUNK_BYTES])
+                best = min(best, time.process_time() - t0)
+        return best
+
+    whole = cpu_seconds(None)
+    shares = [(p.id, max(0.0, 1 - cpu_seconds(i) / whole)) for i, p in enumerate(patterns)]
+    return sorted(shares, key=lambda x: -x[1])[:top]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="100 MiB instead of 1 GiB")
@@ -133,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--include-benign", action="store_true",
                         help="screen the benign look-alikes too (production checks them on flagged lines only)")
+    parser.add_argument("--costs", type=int, default=0, metavar="N",
+                        help="also list the N patterns that cost the chunk scan most (candidates for a prefilter)")
     args = parser.parse_args(argv)
     size = (args.size_mb or (100 if args.quick else 1024)) * MB
     log = log_file(size, args.seed)
@@ -144,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     patterns_file = log.parent / "patterns.txt"
     patterns_file.write_text("\n".join(ere) + "\n", encoding="utf-8")
     screener = Screener(keep)
+    one_thread = Screener(keep, workers=1)
     chunk = int(args.chunk_mb * MB)
 
     # warm the page cache, then measure
@@ -152,12 +192,14 @@ def main(argv: list[str] | None = None) -> int:
         {
             "grep": lambda: grep_count(patterns_file, log),
             "ours": lambda: screener.scan_file(log, chunk_bytes=chunk),
+            "one": lambda: one_thread.scan_file(log, chunk_bytes=chunk),
         },
         repeat=args.repeat,
     )
-    grep, ours = timed["grep"], timed["ours"]
+    grep, ours, one = timed["grep"], timed["ours"], timed["one"]
     result = ours.value
     flagged = result.flagged_lines
+    prefiltered = [screener.pattern_ids[i] for i in sorted(screener._main.prefiltered) if i < len(keep)]
     mb = nbytes / MB
     figures = {
         "bench": "screen",
@@ -168,10 +210,14 @@ def main(argv: list[str] | None = None) -> int:
         "patterns_without_ere": skipped,
         "patterns_on_python_re": screener.fallback_pattern_ids,
         "engine": screener.engine,
+        "workers": screener.workers,
+        "patterns_prefiltered": prefiltered,
         "chunk_mb": args.chunk_mb,
         "mb_per_s": round(mb / ours.seconds, 1),
         "grep_mb_per_s": round(mb / grep.seconds, 1),
         "ratio_vs_grep": round(grep.seconds / ours.seconds, 2),
+        "one_thread_mb_per_s": round(mb / one.seconds, 1),
+        "one_thread_ratio_vs_grep": round(grep.seconds / one.seconds, 2),
         # CPU time (user + system) is steadier than wall time when other work shares the cores
         "cpu_mb_per_s": round(mb / ours.cpu_seconds, 1) if ours.cpu_seconds else None,
         "grep_cpu_mb_per_s": round(mb / grep.cpu_seconds, 1) if grep.cpu_seconds else None,
@@ -184,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         "screen_runs_s": [round(s, 3) for s in ours.runs],
         "load_avg_1m": round(os.getloadavg()[0], 2),
         "grep_runs_s": [round(s, 3) for s in grep.runs],
+        "one_thread_runs_s": [round(s, 3) for s in one.runs],
     }
     print(f"log: {log} ({mb:,.0f} MiB, {result.lines:,} lines); patterns: {len(keep)} from {source}")
     print_table(
@@ -191,13 +238,24 @@ def main(argv: list[str] | None = None) -> int:
         [
             ["LC_ALL=C grep -E -c -f", grep.seconds, mb / grep.seconds, grep.cpu_seconds,
              mb / max(grep.cpu_seconds, 1e-9), grep.value, 1.0, 1.0],
-            [f"jobmedic Screener ({screener.engine}, {args.chunk_mb:g} MiB chunks, newest progress)",
+            [f"jobmedic Screener ({screener.engine}, {screener.workers} threads, {args.chunk_mb:g} MiB chunks)",
              ours.seconds, mb / ours.seconds, ours.cpu_seconds, mb / max(ours.cpu_seconds, 1e-9), flagged,
              grep.seconds / ours.seconds, grep.cpu_seconds / max(ours.cpu_seconds, 1e-9)],
+            ["jobmedic Screener, one thread",
+             one.seconds, mb / one.seconds, one.cpu_seconds, mb / max(one.cpu_seconds, 1e-9),
+             one.value.flagged_lines, grep.seconds / one.seconds, grep.cpu_seconds / max(one.cpu_seconds, 1e-9)],
         ],
     )
-    if flagged != grep.value:
-        print(f"MISMATCH: the screener flagged {flagged} lines, grep {grep.value}", file=sys.stderr)
+    print(f"grep: {mb / grep.seconds:,.1f} MB/s; the Screener {grep.seconds / ours.seconds:.2f}x that (wall time), "
+          f"{grep.seconds / one.seconds:.2f}x on one thread; load average {os.getloadavg()[0]:.2f}; "
+          f"prefiltered: {', '.join(prefiltered) or 'none'}")
+    if args.costs:
+        costs = pattern_costs(keep, log, top=args.costs)
+        print_table(["pattern", "share of the chunk scan"], [[pid, f"{share:.0%}"] for pid, share in costs])
+        figures["pattern_costs"] = {pid: round(share, 3) for pid, share in costs}
+    if flagged != grep.value or one.value.flagged_lines != grep.value:
+        print(f"MISMATCH: the screener flagged {flagged} lines ({one.value.flagged_lines} on one thread), "
+              f"grep {grep.value}", file=sys.stderr)
         figures["error"] = "flagged line counts differ"
         emit_json(figures)
         return 1
