@@ -84,12 +84,13 @@ def cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
     if not rows:
         print("no monitored jobs" + ("" if args.all else " running (use --all for finished ones)"))
         return 0
-    header = f"{'JOB':>10}  {'CLUSTER':<10} {'PHASE':<16} {'MODE':<8} {'ATT':>3}  {'LAST ANOMALY':<14} IMPLICATED"
+    header = (f"{'JOB':>10}  {'CLUSTER':<10} {'PHASE':<16} {'MODE':<8} {'ATT':>3}  {'LAST ANOMALY':<14} "
+              f"{'IMPLICATED':<16} HANG WATCH")
     print(header)
     for r in rows:
         print(
             f"{r['job_id']:>10}  {r['cluster']:<10} {r['phase']:<16} {r['mode']:<8} {r['attempts']:>3}  "
-            f"{r['last_category'] or '-':<14} {','.join(r['implicated_nodes']) or '-'}"
+            f"{r['last_category'] or '-':<14} {','.join(r['implicated_nodes']) or '-':<16} {r['hang_watch'] or '-'}"
         )
     return 0
 
@@ -115,7 +116,38 @@ async def _list_jobs(settings: Settings, *, cluster: str | None, include_closed:
                 "started": wf.start_time,
             }
         )
+    watch = {}
+    for name in sorted({str(r["cluster"]) for r in rows if r["cluster"]}):
+        watch.update(await watched_jobs(client, name))
+    for r in rows:
+        # what the cluster watch says about the job; "" when the watch has not seen it (or is not running)
+        r["hang_watch"] = watch.get(r["workflow_id"], {}).get("hang_watch", "")
     return rows
+
+
+async def watched_jobs(client, cluster: str) -> dict[str, dict]:
+    """The cluster watch's view of each job (workflow id -> WatchedJob fields), from its activity's heartbeat.
+
+    The watch records its state as heartbeat details every poll (activities/watch.py);
+    an empty map when the watch is not running or has not heartbeated yet.
+    """
+    from workflows.cluster_watch import watch_workflow_id
+
+    try:
+        desc = await client.get_workflow_handle(watch_workflow_id(cluster)).describe()
+    except Exception:  # noqa: BLE001 - no watch, no view: the listing still shows the rest
+        return {}
+    for pending in desc.raw_description.pending_activities:
+        if not pending.heartbeat_details.payloads:
+            continue
+        try:
+            details = await client.data_converter.decode(pending.heartbeat_details.payloads)
+        except Exception:  # noqa: BLE001 - details of another version: not worth failing the listing
+            continue
+        jobs = details[0].get("jobs") if details and isinstance(details[0], dict) else None
+        if isinstance(jobs, dict):
+            return {wid: job for wid, job in jobs.items() if isinstance(job, dict)}
+    return {}
 
 
 def _first(values) -> object:
