@@ -20,6 +20,7 @@ from activities.audit import AuditActivities
 from activities.scheduler import SchedulerActivities
 from activities.screening import LogScreen
 from activities.watch import WatchActivities, WatchContext
+from workers.checks import warn_about_decision_timing
 from workers.settings import ClusterSettings, Settings
 from workflows.cluster_watch import ClusterWatchWorkflow, watch_workflow_id
 from workflows.contracts import JobInfo, JobKey, OptIn
@@ -87,11 +88,11 @@ class ClusterParts:
     external: object | None
 
 
-def build_cluster_parts(cluster: ClusterSettings) -> ClusterParts:
+def build_cluster_parts(cluster: ClusterSettings, *, deployment: str = "jobmedic") -> ClusterParts:
     from adapters.logs.factory import file_log_source
     from adapters.slurm.factory import build_slurm_client
 
-    slurm = build_slurm_client(cluster)
+    slurm = build_slurm_client(cluster, deployment=deployment)
     # over SSH the job logs are read by SFTP through the Slurm adapter's own connection
     connection = slurm.runner.connection if cluster.scheduler.access == "ssh" else None
     logs = file_log_source(cluster.logs, connection_provider=connection)
@@ -124,7 +125,9 @@ async def build_workers(settings: Settings, client: Client, *, clusters: list[Cl
     await asyncio.to_thread(audit.migrate)
     screen = await asyncio.to_thread(LogScreen)  # compiles the pattern catalogue once, up front
     clusters = clusters or settings.clusters
-    parts = [build_cluster_parts(c) for c in clusters]
+    parts = [build_cluster_parts(c, deployment=settings.deployment) for c in clusters]
+    for part in parts:
+        await warn_about_decision_timing(part.settings, part.slurm)
     # one external attribution service per deployment: the first cluster's wins for the main queue
     external = next((p.external for p in parts if p.external is not None), None)
     attribution = AttributionActivities(external=external, audit=audit, delays=settings.fault_delays)
