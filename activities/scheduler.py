@@ -14,12 +14,14 @@ from typing import Protocol
 
 from loguru import logger
 from temporalio import activity
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities.errors import activity_errors
 from activities.faults import injected_delay
 from adapters.errors import JobmedicError, LogSourceError, MetricsError
 from workflows.contracts import ActionResult, EvidenceLine, JobEvidence, JobInfo, JobKey, LogCursor, NodeInfo
 from workflows.messages import (
+    ACTION_NOT_ALLOWED,
     ActivityNames,
     CollectEvidenceInput,
     CollectEvidenceOutput,
@@ -139,16 +141,19 @@ class SchedulerActivities:
     async def requeue_hold(self, inp: JobActionInput) -> ActionResult:
         await injected_delay(self._delays, ActivityNames.REQUEUE_HOLD)
         with activity_errors():
+            await self._still_allowed(inp.key, "requeue-hold")
             return await self._slurm.requeue_hold(inp.key, expected_restarts=inp.expected_restarts)
 
     @activity.defn(name=ActivityNames.EXCLUDE_NODES)
     async def exclude_nodes(self, inp: JobActionInput) -> ActionResult:
         await injected_delay(self._delays, ActivityNames.EXCLUDE_NODES)
         with activity_errors():
+            await self._still_allowed(inp.key, "exclude nodes")
             return await self._slurm.set_excluded_nodes(inp.key, list(inp.nodes))
 
     @activity.defn(name=ActivityNames.RELEASE)
     async def release_job(self, inp: JobActionInput) -> ActionResult:
+        """Release jobmedic's own hold: allowed whatever the settings say now (it undoes, never acts anew)."""
         await injected_delay(self._delays, ActivityNames.RELEASE)
         with activity_errors():
             return await self._slurm.release(inp.key, start_now=inp.start_now)
@@ -157,6 +162,7 @@ class SchedulerActivities:
     async def cancel_job(self, inp: JobActionInput) -> ActionResult:
         await injected_delay(self._delays, ActivityNames.CANCEL)
         with activity_errors():
+            await self._still_allowed(inp.key, "cancel")
             return await self._slurm.cancel(inp.key)
 
     @activity.defn(name=ActivityNames.DRAIN_NODES)
@@ -164,6 +170,7 @@ class SchedulerActivities:
         """Drain each node; the last result is returned (each drain is idempotent on its own)."""
         await injected_delay(self._delays, ActivityNames.DRAIN_NODES)
         with activity_errors():
+            await self._still_allowed(inp.key, "drain")
             result: ActionResult | None = None
             changed = False
             for node in inp.nodes:
@@ -174,6 +181,25 @@ class SchedulerActivities:
             return result.model_copy(update={"changed": changed})
 
     # ------------------------------------------------------------------ helpers
+
+    async def _still_allowed(self, key: JobKey, what: str) -> None:
+        """Refuse (benign, not retryable) when the worker's current settings or the job's opt-in forbid action.
+
+        Checked at every action, not only when the incident began: a cluster
+        switched to observe, or acknowledgement withdrawn, stops an incident
+        already under way.
+        """
+        if self._may_act is None:
+            return
+        job = await self._checked_job(key)
+        if not self._may_act(job):
+            raise ApplicationError(
+                f"{what} of job {key.job_id} not done: the cluster's current settings or the job's opt-in no "
+                "longer allow scheduler actions",
+                type=ACTION_NOT_ALLOWED,
+                non_retryable=True,
+                category=ApplicationErrorCategory.BENIGN,
+            )
 
     async def _checked_job(self, key: JobKey) -> JobInfo:
         job = await self._slurm.job_for_key(key)  # refuses a recycled job id

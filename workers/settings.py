@@ -102,6 +102,8 @@ class WatchdogSettings(Section):
     action_deadline_s: float = 120.0
     # one scheduler activity attempt; a worker lost mid-activity is noticed after this long
     activity_timeout_s: float = 60.0
+    # audit entries the store refused for good (not retryable) are sent again after this pause
+    audit_retry_pause_s: float = 60.0
 
 
 class HangSettings(Section):

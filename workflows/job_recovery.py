@@ -15,14 +15,22 @@ stops it). A job jobmedic does not restart keeps what Slurm gave it. Slurm
 forgets an ended job `MinJobAge` after its end, so the decision deadline must
 sit well inside that (`workers.checks.decision_timing` warns when it does not).
 
+Audit entries are durable in the workflow's state the moment they are made
+and reach the audit store in the background, in order, exactly once (their
+idempotency keys): recovery never waits for the store. A batch the store
+refuses for good is sent again after `audit_retry_pause_s`; the workflow ends
+only once its entries are in.
+
 Versions (`workflow.patched`): histories without `decide-before-act` held a
 failed job before the decision and cancelled it on a stop; histories without
 `release-own-hold-on-halt` kept jobmedic's hold when recovery was stopped or
-paused while idle.
+paused while idle; histories without `audit-in-background` waited for each
+audit write.
 """
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta
 
 from temporalio import workflow
@@ -44,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.history import JobHistory
     from workflows.messages import (
+        ACTION_NOT_ALLOWED,
         ActivityNames,
         AttributeInput,
         AttributeOutput,
@@ -76,6 +85,8 @@ SCHEDULER_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_int
 AUDIT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=5))
 DECIDE_BEFORE_ACT = "decide-before-act"
 RELEASE_OWN_HOLD_ON_HALT = "release-own-hold-on-halt"
+AUDIT_IN_BACKGROUND = "audit-in-background"
+AUDIT_BATCH = 50
 TIMELINE_LIMIT = 200
 MAX_SA_TEXT = 256  # search attribute values: the server refuses more than 2 KB
 MAX_SA_NODES = 50
@@ -104,6 +115,15 @@ class _Watchdog(Exception):
         self.cause = cause
 
 
+class _NotAllowed(Exception):
+    """The worker's current settings or the job's current opt-in no longer allow acting on the job."""
+
+    def __init__(self, stage: str, cause: str) -> None:
+        super().__init__(f"{stage}: {cause}")
+        self.stage = stage
+        self.cause = cause
+
+
 class _Halted(Exception):
     """Recovery was paused or stopped by a signal in the middle of an incident."""
 
@@ -124,6 +144,7 @@ class JobRecoveryWorkflow:
             self._state = JobRecoveryState(mode=inp.cluster_mode, may_act=inp.may_act)
         self._history = JobHistory.model_validate(self._state.history or {})
         self._keep_hold_while_paused = False
+        self._audit_drainer: asyncio.Task | None = None
 
     def _paused_while_holding(self) -> bool:
         return self._state.paused and self._state.holding and not self._keep_hold_while_paused
@@ -185,6 +206,7 @@ class JobRecoveryWorkflow:
             last_advice=self._state.last_advice,
             job_state=job.state.value if job else "",
             restarts=job.restarts if job else 0,
+            audit_backlog=len(self._state.audit_backlog),
         )
 
     @workflow.query(name=QueryNames.TIMELINE)
@@ -195,6 +217,8 @@ class JobRecoveryWorkflow:
 
     @workflow.run
     async def run(self, inp: JobRecoveryInput) -> JobStatus:
+        if self._state.audit_backlog:  # carried over continue-as-new
+            self._start_audit_drainer()
         while True:
             await workflow.wait_condition(
                 lambda: bool(self._queue) or self._state.stopped or self._paused_while_holding()
@@ -203,7 +227,7 @@ class JobRecoveryWorkflow:
                 if self._state.holding and workflow.patched(RELEASE_OWN_HOLD_ON_HALT):
                     await self._give_back(self._state.last_job, "recovery stopped by signal", deadline=workflow.now())
                 await self._audit(EventType.STOPPED, outcome="recovery stopped by signal", key_suffix="signal")
-                return self._finish()
+                return await self._finish()
             if self._paused_while_holding():
                 if workflow.patched(RELEASE_OWN_HOLD_ON_HALT):
                     await self._give_back(self._state.last_job, "recovery paused by signal", deadline=workflow.now())
@@ -214,15 +238,18 @@ class JobRecoveryWorkflow:
             self._state.last_seq = max(self._state.last_seq, obs.seq)
             finished = await self._handle(obs)
             if finished:
-                return self._finish()
+                return await self._finish()
             if workflow.info().is_continue_as_new_suggested() and not self._queue:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 if not self._queue:  # an observation that came in meanwhile is handled here first
                     self._state.history = self._history.model_dump(mode="json")
                     workflow.continue_as_new(inp.model_copy(update={"carried_state": self._state}))
 
-    def _finish(self) -> JobStatus:
+    async def _finish(self) -> JobStatus:
         self._set_phase(Phase.DONE)
+        if self._state.audit_backlog:  # the trail is complete before the workflow ends
+            self._start_audit_drainer()
+            await workflow.wait_condition(lambda: not self._state.audit_backlog)
         return self.status()
 
     async def _handle(self, obs: JobObservation) -> bool:
@@ -429,6 +456,15 @@ class JobRecoveryWorkflow:
         except _Watchdog as dog:
             await self._watchdog(current, dog, self._state.holding)
             return False
+        except _NotAllowed as refused:
+            await self._audit(
+                EventType.WATCHDOG,
+                job=current,
+                outcome=f"{refused.stage} not done: {refused.cause}; no further action",
+                key_suffix=f"not-allowed-{refused.stage}",
+            )
+            await self._give_back(current, f"action no longer allowed ({refused.stage})", deadline=action_deadline)
+            return False
         except _Halted as halt:
             await self._give_back(current, halt.why, deadline=action_deadline)
             return False
@@ -619,6 +655,9 @@ class JobRecoveryWorkflow:
                 retry_policy=SCHEDULER_RETRY,
             )
         except ActivityError as exc:
+            inner = exc.cause
+            if isinstance(inner, ApplicationError) and inner.type == ACTION_NOT_ALLOWED:
+                raise _NotAllowed(stage, inner.message) from exc
             raise _Watchdog(stage, _cause(exc)) from exc
 
     def _remaining(self, deadline: datetime, stage: str) -> timedelta:
@@ -729,12 +768,41 @@ class JobRecoveryWorkflow:
             detail=detail,
         )
         self._note(event.value, outcome or action or "")
+        if workflow.patched(AUDIT_IN_BACKGROUND):
+            self._state.audit_backlog.append(entry)
+            self._start_audit_drainer()
+            return
         await workflow.execute_activity(
             ActivityNames.RECORD_AUDIT,
             AuditBatch(entries=[entry]),
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=AUDIT_RETRY,
         )
+
+    def _start_audit_drainer(self) -> None:
+        if self._audit_drainer is None or self._audit_drainer.done():
+            self._audit_drainer = asyncio.create_task(self._drain_audit())
+
+    async def _drain_audit(self) -> None:
+        """Send the backlog to the store, oldest first, until it is empty; never fail the workflow."""
+        while self._state.audit_backlog:
+            batch = self._state.audit_backlog[:AUDIT_BATCH]
+            try:
+                # retryable store errors (database down) are retried by Temporal for as long as it takes
+                await workflow.execute_activity(
+                    ActivityNames.RECORD_AUDIT,
+                    AuditBatch(entries=batch),
+                    start_to_close_timeout=timedelta(seconds=30),
+                    retry_policy=AUDIT_RETRY,
+                )
+            except ActivityError as exc:
+                # refused for good (e.g. a schema or grant problem a person fixes): keep the entries, in order
+                self._state.audit_refusals += 1
+                pause = self._inp.watchdog.audit_retry_pause_s
+                workflow.logger.warning("audit store refused %d entries (%s); again in %g s", len(batch), _cause(exc), pause)
+                await workflow.sleep(pause)
+                continue
+            del self._state.audit_backlog[: len(batch)]
 
     def _note(self, event: str, detail: str) -> None:
         self._state.timeline.append(TimelineEvent(at=workflow.now(), event=event, detail=detail[:500]))

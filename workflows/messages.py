@@ -46,6 +46,11 @@ class ActivityNames:
     RECORD_AUDIT = "record_audit"
 
 
+# ApplicationError type of a scheduler action refused because the worker's current settings or the job's
+# current opt-in forbid action (benign, not retryable): the recovery workflow stops acting on the job
+ACTION_NOT_ALLOWED = "ActionNotAllowed"
+
+
 class SignalNames:
     OBSERVE = "observe"
     PAUSE = "pause"
@@ -121,6 +126,8 @@ class WatchdogConfig(Contract):
     decision_deadline_s: float = 120.0
     action_deadline_s: float = 120.0
     activity_timeout_s: float = 60.0
+    # after the audit store refused entries for good (not retryable), wait this long and send them again
+    audit_retry_pause_s: float = 60.0
 
 
 class JobRecoveryInput(Contract):
@@ -167,6 +174,9 @@ class JobRecoveryState(Contract):
     pending_hits: list[EvidenceLine] = Field(default_factory=list)
     last_advice: Advice | None = None
     holding: bool = False  # the job is held by jobmedic right now (released or cancelled since: False)
+    # audit entries not yet confirmed by the store, oldest first (sent in the background, in order, exactly once)
+    audit_backlog: list[AuditEntry] = Field(default_factory=list)
+    audit_refusals: int = 0  # times the store refused a batch for good (it is sent again later)
     handled: list[str] = Field(default_factory=list)  # incidents already handled, "<kind>:r<restarts>"
 
 
@@ -192,6 +202,7 @@ class JobStatus(Contract):
     last_advice: Advice | None = None
     job_state: str = ""
     restarts: int = 0
+    audit_backlog: int = 0  # audit entries waiting for the store (it is down or refusing them)
 
 
 class CollectEvidenceInput(Contract):

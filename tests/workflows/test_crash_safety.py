@@ -29,7 +29,7 @@ from tests.workflows.conftest import terminate_cluster_workflows
 from tests.workflows.harness import Scenario, WorkerProcess, scontrol_job, slurm_state, submit_training, wait_for
 from workers.devserver import start_dev_server
 from workflows.contracts import EventType
-from workflows.messages import recovery_query
+from workflows.messages import JobStatus, QueryNames, recovery_query
 
 pytestmark = [pytest.mark.slurm, pytest.mark.temporal, pytest.mark.slow, pytest.mark.timeout(480)]
 
@@ -267,3 +267,144 @@ async def test_stop_in_the_middle_of_a_restart_only_undoes_jobmedics_hold(
     assert "stopped" in confirmed[-1][1]
     # back to normal scheduling: Slurm runs it again, without jobmedic
     await wait_for(lambda: slurm_state(job_id) == ("COMPLETED", 1), timeout=120, what="completed after release")
+
+
+def _failing_node(sc: Scenario, job_id: str) -> str:
+    """The node the demo job's failing attempt blames (the second of its first allocation)."""
+    out = (sc.tmp / "job" / f"train-{job_id}.out").read_text()
+    return out.split("[demo] attempt 1 on ", 1)[1].split(" ", 1)[0].split(",")[1]
+
+
+async def _recovery_status(sc: Scenario, job_id: str) -> tuple[str, JobStatus] | None:
+    client = await Client.connect(sc.temporal_address, data_converter=pydantic_data_converter)
+    async for wf in client.list_workflows(recovery_query(cluster=sc.cluster, job_id=job_id, running=False)):
+        handle = client.get_workflow_handle(wf.id)
+        status = (await handle.describe()).status
+        return (status.name if status else "?"), await handle.query(QueryNames.STATUS, result_type=JobStatus)
+    return None
+
+
+@pytest.mark.mysql
+async def test_audit_store_down_longer_than_every_deadline_does_not_hold_up_a_restart(
+    tmp_path: Path, scenario: Scenario, worker: WorkerProcess, mysql_url: str
+) -> None:
+    """MariaDB stopped while the restart runs, for longer than the decision, action and activity deadlines:
+    the job is restarted without its bad node while the store is down, and every entry lands once afterwards."""
+    db = PrivateMariaDB()
+    db.install()
+    db.start()
+    scenario.audit_url = db.url
+    scenario.watchdog = {"decision_deadline_s": 30.0, "action_deadline_s": 20.0, "activity_timeout_s": 10.0}
+    try:
+        worker.start(fault_delays={"requeue_hold": 4.0})
+        job_id = submit_training(scenario.tmp / "job", environment=scenario.environment, plan="xid,ok", fail_at=30,
+                                 iterations=400)
+        scenario.jobs.append(job_id)
+        await wait_for(lambda: _running_activity(scenario.temporal_address, scenario.cluster, job_id, "requeue_hold"),
+                       timeout=120, what="requeue_hold running", every=0.3)
+        db.stop()
+        down_at = time.monotonic()
+        await wait_for(lambda: slurm_state(job_id) == ("RUNNING", 1), timeout=60,
+                       what="restarted while the audit store is down")
+        assert db.proc is not None and db.proc.poll() is not None  # still down
+        bad = _failing_node(scenario, job_id)
+        job = scontrol_job(job_id)
+        assert bad in job["ExcNodeList"] and bad not in job["NodeList"], job
+        found = await _recovery_status(scenario, job_id)
+        assert found is not None and found[0] == "RUNNING" and found[1].audit_backlog > 0, found
+        await asyncio.sleep(max(0.0, 45.0 - (time.monotonic() - down_at)))  # down longer than each deadline
+        db.start()
+        await wait_for(lambda: slurm_state(job_id) == ("COMPLETED", 1), timeout=180, what="completed after one restart")
+        await wait_for(lambda: EventType.COMPLETED in scenario.kinds(job_id), timeout=90, what="completed entry")
+        _assert_each_step_once(scenario, job_id)
+        assert EventType.WATCHDOG not in scenario.kinds(job_id)
+    finally:
+        worker.stop()
+        db.remove()
+
+
+@pytest.mark.mysql
+async def test_a_store_that_refuses_entries_for_good_does_not_fail_the_workflow(
+    tmp_path: Path, scenario: Scenario, worker: WorkerProcess, mysql_url: str
+) -> None:
+    """The audit table disappears (a non-retryable store error): the workflow keeps running, keeps its entries,
+    and writes them, in order and once, when the table is back."""
+    import pymysql
+
+    db = PrivateMariaDB()
+    db.install()
+    db.start()
+    scenario.audit_url = db.url
+    scenario.watchdog = {"audit_retry_pause_s": 2.0, "decision_deadline_s": 20.0}
+
+    def sql(statement: str) -> None:
+        pymysql.connect(host="127.0.0.1", port=db.port, user="root", database="jobmedic").cursor().execute(statement)
+
+    try:
+        worker.start()
+        job_id = submit_training(scenario.tmp / "job", environment=scenario.environment, plan="xid,ok",
+                                 fail_at=150, iterations=200)  # fails ~15 s in: time to take the table away first
+        scenario.jobs.append(job_id)
+        await wait_for(lambda: EventType.CHECKPOINT_SAVED in scenario.kinds(job_id), timeout=90,
+                       what="first checkpoint audited")
+        assert slurm_state(job_id) == ("RUNNING", 0)
+        sql("RENAME TABLE audit_entry TO audit_entry_away")
+        await wait_for(lambda: slurm_state(job_id)[0] == "FAILED", timeout=60, what="the job failed")
+
+        async def behind() -> tuple[str, JobStatus] | None:
+            found = await _recovery_status(scenario, job_id)
+            return found if found and found[1].incidents >= 1 and found[1].audit_backlog >= 2 else None
+
+        status, _ = await wait_for(behind, timeout=60, what="entries waiting for the store")
+        await asyncio.sleep(6)  # several refusals (one every 2 s)
+        found = await _recovery_status(scenario, job_id)
+        assert found is not None and found[0] == "RUNNING", found  # not FAILED: a refusing store is not fatal
+        sql("RENAME TABLE audit_entry_away TO audit_entry")
+        entries = await wait_for(
+            lambda: [e for e in scenario.entries(job_id) if e.event_type is EventType.WATCHDOG] and scenario.entries(job_id),
+            timeout=60, what="the backlog written",
+        )
+        steps = Counter(e.event_type for e in entries)
+        assert steps[EventType.DETECTION] == 1 and steps[EventType.WATCHDOG] == 1, steps
+        kinds = [e.event_type for e in entries]
+        assert kinds.index(EventType.DETECTION) < kinds.index(EventType.WATCHDOG)
+        # attribution needs the store's cluster-wide view: it refused, so the decision failed open, untouched
+        assert slurm_state(job_id) == ("FAILED", 0)
+        await wait_for(lambda: _backlog_empty(scenario, job_id), timeout=30, what="nothing left behind")
+    finally:
+        worker.stop()
+        db.remove()
+
+
+async def _backlog_empty(sc: Scenario, job_id: str) -> bool:
+    found = await _recovery_status(sc, job_id)
+    return found is not None and found[1].audit_backlog == 0
+
+
+async def test_switching_a_cluster_to_observe_stops_an_incident_in_flight(
+    scenario: Scenario, worker: WorkerProcess
+) -> None:
+    """The worker restarts with the cluster in observe mode while the verdict is being made: the advice is
+    recorded, the restart it advises is not done, and the job stays as Slurm ended it."""
+    scenario.watchdog = {"activity_timeout_s": 6.0}
+    worker.start(fault_delays={"attribute": 8.0})
+    job_id = submit_training(scenario.tmp / "job", environment=scenario.environment, plan="xid,ok", fail_at=20)
+    scenario.jobs.append(job_id)
+    await wait_for(lambda: _running_activity(scenario.temporal_address, scenario.cluster, job_id, "attribute"),
+                   timeout=120, what="attribute running", every=0.3)
+    worker.kill9()
+    scenario.mode = "observe"  # and acknowledge_scheduler_actions = false (the harness writes both)
+    replacement = WorkerProcess(scenario, name="worker2").start(fault_delays={})
+    try:
+        refused = await wait_for(
+            lambda: [e for e in scenario.entries(job_id) if e.event_type is EventType.WATCHDOG], timeout=120,
+            what="the refused action audited",
+        )
+        assert "no longer allow" in refused[0].outcome, refused[0].outcome
+        advice = [e for e in scenario.entries(job_id) if e.event_type is EventType.ADVICE]
+        assert [a.action for a in advice] == ["restart_exclude"]
+        assert EventType.ACTION_CONFIRMED not in scenario.kinds(job_id)
+        await asyncio.sleep(3)
+        assert slurm_state(job_id) == ("FAILED", 0)
+    finally:
+        replacement.stop()
