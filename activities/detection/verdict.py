@@ -128,7 +128,7 @@ _STAMP = re.compile(
     r"|\[?[0-9]{4}-[0-9]{2}-[0-9]{2}[ T_][0-9:.,]{5,15}(?:Z|[+-][0-9:]{4,5})?\]?[ :|-]{0,3}"  # ISO-ish
     r"|[A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2} )"
 )
-_MPI_TAG = re.compile(r"^\[[0-9]{1,6},([0-9]{1,6})\]<(?:stdout|stderr)>: ?")
+_MPI_TAG = re.compile(r"^\[(?:[0-9]{1,6},)?([0-9]{1,6})\]<(?:stdout|stderr)>: ?")  # mpirun, horovodrun
 _TORCH_RANK = re.compile(r"^\[(?:rank|RANK) ?([0-9]{1,6})\]: ?")
 _SRUN_LABEL = re.compile(r"^ {0,6}([0-9]{1,6}): ")
 _HOST_PREFIX = re.compile(r"^([A-Za-z][A-Za-z0-9._-]{0,62}): ")
@@ -753,8 +753,8 @@ def _choose(b: _Builder, evidence: JobEvidence) -> _Choice:
         b.signals.append(ending)
         return _Choice(Category.APP_ERROR, [ending], 0.65, why="nothing more specific is in the log")
 
-    # 8. a process killed by a signal (SIGSEGV, SIGKILL, SIGABRT, ...)
-    if killed is not None and before_cutoff(killed):
+    # 8. a process that crashed on a signal of its own (SIGSEGV, SIGBUS, SIGILL, SIGFPE)
+    if killed is not None and before_cutoff(killed) and killed.text not in _OUTSIDE_SIGNALS:
         b.signals.append(killed)
         return _Choice(killed.category, [killed], 0.6, why="only the way the process died is known")
 
@@ -765,6 +765,8 @@ def _choose(b: _Builder, evidence: JobEvidence) -> _Choice:
     if job_failed:
         weak += [s for s in sigs if s.severity == "warning" and s.category != Category.NONE]
     weak = [s for s in weak if before_cutoff(s)]
+    if any(s.pattern_id not in _DEATH_REPORTS for s in weak):
+        weak = [s for s in weak if s.pattern_id not in _DEATH_REPORTS]  # "a worker failed" says nothing of why
     for cat in _SYMPTOM_ORDER:
         chosen = [s for s in weak if s.category == cat]
         if chosen:
@@ -773,6 +775,11 @@ def _choose(b: _Builder, evidence: JobEvidence) -> _Choice:
                 choice.base = 0.5
                 return choice
             return _Choice(cat, chosen, 0.5, why="only indirect signs point this way")
+
+    # a process killed from outside (SIGKILL: the OOM killer or srun ending the rest; SIGABRT: a watchdog)
+    if killed is not None and before_cutoff(killed):
+        b.signals.append(killed)
+        return _Choice(killed.category, [killed], 0.5, why="only the way the process died is known")
 
     # 10. a hang without words
     if evidence.hang_suspected:
@@ -786,6 +793,7 @@ def _choose(b: _Builder, evidence: JobEvidence) -> _Choice:
 
 
 # launcher lines that report a worker's death (the cause is elsewhere, but something died)
+_OUTSIDE_SIGNALS = {"signal 9", "signal 6"}  # Fallback.signature_text of kills that usually come from outside
 _DEATH_REPORTS = {"elastic_child_failed", "elastic_worker_failed", "srun_task_exit_code"}
 
 
@@ -1006,8 +1014,24 @@ def _verdict(b: _Builder, choice: _Choice, evidence: JobEvidence, catalogue: Cat
     for s in sigs:
         if s.rank is not None and cat != Category.NCCL_TIMEOUT and s.role != "scheduler":
             ranks.add(s.rank)
+        elif s.rank is None and "tasks" in s.fields and s.task is not None and cat != Category.NCCL_TIMEOUT:
+            ranks.add(s.task)  # "srun: error: node3: task 5: Out Of Memory": Slurm's task id is the rank
         if s.gpu and cat in (Category.GPU_HARDWARE, Category.CUDA_ERROR, Category.GPU_OOM, Category.INTERCONNECT):
             gpus.add(s.gpu)
+    if cat == Category.CUDA_ERROR and not hosts and domain != FaultDomain.APPLICATION:
+        # a CUDA error is the code's unless the driver logged an Xid on that host too: then suspect the GPU
+        erring = {s.host for s in sigs if s.host}
+        root = b.elastic_root()
+        if not erring and root is not None and root[0]:
+            erring = {root[0]}  # torchrun's first failed worker is where the CUDA error happened
+        xid_hosts = {s.host for s in b.signals if s.pattern_id == "nvrm_xid"}
+        if None in xid_hosts and len(erring) == 1:
+            xid_hosts |= erring  # a bare dmesg line printed by the job: the host it ran on
+        if any(s.pattern_id in _DEVICE_CUDA_ERRORS for s in sigs):
+            xid_hosts |= erring  # the error text itself points to the device
+        hosts |= erring & xid_hosts
+    if cat == Category.DATA_IO and not hosts:
+        hosts |= _local_mount(sigs, b)
     link_lines = sigs if cat == Category.INTERCONNECT else [
         s for s in b.signals if s.category in (Category.NCCL_ERROR, Category.INTERCONNECT) and s.source == "log"]
     if cat in (Category.INTERCONNECT, Category.NCCL_ERROR, Category.NCCL_TIMEOUT) and any(s.peers for s in link_lines):
@@ -1050,6 +1074,9 @@ def _verdict(b: _Builder, choice: _Choice, evidence: JobEvidence, catalogue: Cat
     )
 
 
+_IB_LOCAL_STATUS = {"1", "2", "3", "4", "8"}  # ibv_wc_status LOC_LEN, LOC_QP_OP, LOC_EEC_OP, LOC_PROT, MW_BIND
+
+
 def _link_blame(sigs: list[Signal], everything: list[Signal]) -> tuple[list[str], str]:
     """Which end of a failed link the evidence points to.
 
@@ -1058,6 +1085,9 @@ def _link_blame(sigs: list[Signal], everything: list[Signal]) -> tuple[list[str]
     the broken end; a single pair blames the far end, since the reporter is the one still alive to
     complain, unless the reporter's own device errors are in the log too.
     """
+    local = sorted({s.host for s in sigs if s.host and s.fields.get("wc_status") in _IB_LOCAL_STATUS})
+    if local:
+        return local, f"the work completion status on {', '.join(local)} is a local error: its own NIC or memory registration"
     pairs = {(s.host, p) for s in sigs for p in s.peers if s.host != p}
     if not pairs:
         return [], ""
@@ -1081,14 +1111,32 @@ def _link_blame(sigs: list[Signal], everything: list[Signal]) -> tuple[list[str]
     return [peer], f"the failed link{where} points to its far end {peer}"
 
 
+_MOUNT_ERRORS = {"stale_file_handle", "io_error", "lustre_error"}
+_DEVICE_CUDA_ERRORS = {"cuda_unknown_error"}  # "CUDA error: unknown error": usually a GPU that became unusable
+
+
+def _local_mount(sigs: list[Signal], b: _Builder) -> set[str]:
+    """The node whose own mount broke: mount-level errors (stale handle, EIO, a lost Lustre/NFS
+    connection) seen on exactly one node. A full shared file system, or mount errors on several
+    nodes, is the storage's problem, not a node's."""
+    mount = [s for s in sigs if s.pattern_id in _MOUNT_ERRORS]
+    seen = {s.host for s in mount if s.host}
+    root = b.elastic_root()
+    if mount and not seen and root is not None and root[0]:
+        seen = {root[0]}  # torchrun's first failed worker is where the mount broke
+    if len(seen) != 1:
+        return set()
+    return seen
+
+
 def _implicates_hosts(cat: Category, domain: FaultDomain) -> bool:
     """Whether the hosts the evidence came from are suspects (not just where a victim or a bug showed)."""
     if cat in (Category.NCCL_TIMEOUT, Category.NCCL_ERROR):
         return False  # every rank reports these; suspects are worked out separately
     if cat == Category.CUDA_ERROR:
-        return domain != FaultDomain.APPLICATION
+        return domain == FaultDomain.HARDWARE  # a CUDA error alone is the code's; the GPU only with hardware words
     if cat == Category.DATA_IO:
-        return domain == FaultDomain.SYSTEM_SOFTWARE
+        return False  # storage is shared; a mount broken on one node is worked out in _local_mount
     # a hang is reported by every stuck rank alike; its suspects are the stragglers named separately
     return cat in (Category.GPU_HARDWARE, Category.INTERCONNECT, Category.NODE_FAILURE)
 
