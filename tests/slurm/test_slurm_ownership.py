@@ -124,3 +124,28 @@ async def test_min_job_age_is_read_from_the_controller(slurm_cluster: object) ->
         if line.startswith("MinJobAge")
     )
     assert await _client("dep-a").min_job_age_s() == float(configured)
+
+
+@pytest.mark.slurm
+async def test_a_hold_whose_mark_was_lost_is_taken_back_only_by_the_retry_of_that_requeue(jobs: Jobs) -> None:
+    """A worker lost between `requeuehold` of an ended job and its mark: the retry (same expected restarts) marks
+    the hold; a hold that only looks similar (requeued, then held by an operator) stays unmarked and refused."""
+    ours = _client("dep-a")
+    lost = jobs.submit(script="fail", label="lostmark")
+    job = await wait_job(ours, lost, lambda j: j.state.finished, what="finished")
+    assert scontrol("requeuehold", lost).returncode == 0  # the command went through, the mark never came
+    held = await wait_job(ours, lost, lambda j: j.held and j.restarts == 1, what="held once more")
+    assert not ours.holds(held)
+    retried = await ours.requeue_hold(job.key, expected_restarts=0)
+    assert not retried.changed and "marked now" in retried.detail
+    assert retried.job is not None and ours.holds(retried.job) and retried.job.restarts == 1
+
+    other = jobs.submit(script="fail", label="opshold")
+    job = await wait_job(ours, other, lambda j: j.state.finished, what="finished")
+    assert scontrol("requeue", other).returncode == 0
+    assert scontrol("hold", other).returncode == 0  # an operator's hold after Slurm's requeue
+    held = await wait_job(ours, other, lambda j: j.held and j.restarts == 1, what="held by the operator")
+    result = await ours.requeue_hold(job.key, expected_restarts=0)
+    assert not result.changed and result.job is not None and not ours.holds(result.job)
+    with pytest.raises(ActionRefused, match="releases only its own holds"):
+        await ours.release(job.key)
