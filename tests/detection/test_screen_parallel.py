@@ -230,7 +230,10 @@ _SCREENERS = _pair(hits_per_pattern=None)
 # --------------------------------------------------------------------------- prefilters
 
 
-@pytest.mark.parametrize(("exact", "prefilter"), sorted(PREFILTERS.items()))
+_PREFILTER_IDS = [f"prefilter-{k}" for k in range(len(PREFILTERS))]
+
+
+@pytest.mark.parametrize(("exact", "prefilter"), sorted(PREFILTERS.items()), ids=_PREFILTER_IDS)
 def test_each_prefilter_matches_every_line_its_expression_matches(exact: bytes, prefilter: bytes) -> None:
     rx = re.compile(prefilter)
 
@@ -244,7 +247,7 @@ def test_each_prefilter_matches_every_line_its_expression_matches(exact: bytes, 
     check()
 
 
-@pytest.mark.parametrize("exact", sorted(PREFILTERS))
+@pytest.mark.parametrize("exact", sorted(PREFILTERS), ids=_PREFILTER_IDS)
 def test_prefiltered_expressions_stay_exact(exact: bytes, tmp_path: Path) -> None:
     pattern = Pat("prefiltered", exact.decode())
     lines = [
