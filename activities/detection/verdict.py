@@ -302,6 +302,9 @@ class _Builder:
         self.tracebacks: dict[tuple, int] = {}  # source key -> line of the last "Traceback" start
         self.rank_host: dict[int, str] = {}  # learnt from lines naming both
         self.tail: list[tuple[int, str]] = []  # the last lines of the output, flagged or not
+        # stack dumps, per process that printed one: does any of its threads wait in a collective?
+        self.dumps: dict[tuple, bool] = {}
+        self._dumping: tuple | None = None  # the process whose dump the following unprefixed frames belong to
 
     # --------------------------------------------------------------- the end of the output
 
@@ -370,6 +373,8 @@ class _Builder:
             specs = [s for s in specs if s.id not in _EXCEPTION_PATTERNS]
         if "python_exception" in {s.id for s in specs}:
             specs = [s for s in specs if s.id != "python_exception_qualified"]  # one exception, one signal
+        if any(s.id in _DUMP_PATTERNS for s in specs):
+            self._track_dump(ctx, specs, line)
         for spec in specs:
             if spec.id == "python_traceback":
                 self.tracebacks[key] = line_no
@@ -451,6 +456,28 @@ class _Builder:
             sig.role = "symptom"  # an exception printed without a traceback (logged, maybe handled)
         sig.note = f"{exc}: {message}".strip() if message else exc
         return sig
+
+    def _track_dump(self, ctx: LineContext, specs: list[PatternSpec], line: str) -> None:
+        own = (ctx.host, ctx.task, ctx.rank) if (ctx.task is not None or ctx.rank is not None) else None
+        header = next((s for s in specs if s.id in ("stack_dump_header", "faulthandler_timeout_dump")), None)
+        if header is not None:
+            rank = header.extract_fields(line).get("rank")
+            if own is None and rank is not None:
+                own = (ctx.host, None, int(rank))
+            if own is not None:
+                self._dumping = own
+                self.dumps.setdefault(own, False)
+        source = own or self._dumping
+        if source is not None and any(s.id == "stack_frame_in_collective" for s in specs):
+            self.dumps[source] = True
+
+    def dump_culprits(self) -> list[tuple]:
+        """Processes whose dump shows no thread in a collective while the others' do: the stuck ones."""
+        waiting = [k for k, in_collective in self.dumps.items() if in_collective]
+        elsewhere = [k for k, in_collective in self.dumps.items() if not in_collective]
+        if not waiting or not elsewhere or len(elsewhere) > max(1, len(self.dumps) // 2):
+            return []
+        return elsewhere
 
     def _elastic_field(self, fields: dict[str, str], line_no: int) -> None:
         if not self.elastic or ("host" in fields and "host" in self.elastic[-1]) or (
@@ -739,7 +766,7 @@ def _choose(b: _Builder, evidence: JobEvidence) -> _Choice:
         return _nccl_timeout_choice(b, timeouts, evidence)
     hang = [s for s in causes if s.category == Category.HANG]
     if hang:
-        return _Choice(Category.HANG, hang, 0.75)
+        return _hang_choice(b, hang)
 
     # 6. out of time
     if sched[Category.TIME_LIMIT]:
@@ -793,6 +820,7 @@ def _choose(b: _Builder, evidence: JobEvidence) -> _Choice:
 
 
 # launcher lines that report a worker's death (the cause is elsewhere, but something died)
+_DUMP_PATTERNS = {"stack_dump_header", "faulthandler_timeout_dump", "stack_frame_in_collective"}
 _OUTSIDE_SIGNALS = {"signal 9", "signal 6"}  # Fallback.signature_text of kills that usually come from outside
 _DEATH_REPORTS = {"elastic_child_failed", "elastic_worker_failed", "srun_task_exit_code"}
 
@@ -821,6 +849,28 @@ def _hang_fact(evidence: JobEvidence) -> Signal:
     if evidence.straggler_hosts:
         text += f"; slow hosts: {', '.join(sorted(evidence.straggler_hosts))}"
     return Signal(Category.HANG, FaultDomain.UNKNOWN, "error", "cause", False, "progress", text, order=10**9)
+
+
+def _hang_choice(b: _Builder, hang: list[Signal]) -> _Choice:
+    """A hang; when stack dumps show every process but a few waiting in a collective, those few are stuck."""
+    culprits = b.dump_culprits()
+    ranks: set[int] = set()
+    hosts: set[str] = set()
+    for host, task, rank in culprits:
+        r = rank if rank is not None else task
+        if r is not None:
+            ranks.add(r)
+        h = host or (b.host_of_rank(r) if r is not None else None)
+        if task is not None and b.layout is not None and not host:
+            h = b.layout.node_of_rank(task) or h
+        if h:
+            hosts.add(h)
+    why = ""
+    if culprits:
+        named = ", ".join(str(r) for r in sorted(ranks)) or "?"
+        why = (f"{len(b.dumps) - len(culprits)} process(es) wait in a collective; rank(s) {named}"
+               f"{' on ' + ', '.join(sorted(hosts)) if hosts else ''} are elsewhere: they are the ones stuck")
+    return _Choice(Category.HANG, hang, 0.75, why=why, hosts=sorted(hosts), ranks=sorted(ranks))
 
 
 def _superseded(s: Signal, others: list[Signal]) -> bool:
@@ -852,6 +902,10 @@ def _nccl_timeout_choice(b: _Builder, timeouts: list[Signal], evidence: JobEvide
         else:
             seq_of.setdefault(s.rank, -1)
     reporters = set(seq_of)
+    enqueued = {s.rank: int(s.fields["enqueued"]) for s in timeouts if s.rank is not None and s.fields.get("enqueued")}
+    if len(enqueued) >= 2 and len(set(enqueued.values())) > 1:
+        most = max(enqueued.values())
+        suspects |= {r for r, n in enqueued.items() if n < most}  # it never enqueued what the others wait on
     known_seqs = {r: q for r, q in seq_of.items() if q >= 0}
     if len(set(known_seqs.values())) > 1:
         newest = max(known_seqs.values())
