@@ -195,6 +195,9 @@ def _oracle(patterns: list[Pat], lines: list[bytes]) -> set[tuple[str, int]]:
     return {(pid, no) for no, line in enumerate(lines, 1) for pid, rx in compiled if rx.search(line)}
 
 
+_SCREENERS = _pair(hits_per_pattern=None)  # compiled once for all examples; scans leave no state
+
+
 @property_settings
 @given(_logs(), st.sampled_from([256, 1024, 4096, 1 << 20]), st.booleans())
 def test_random_logs_give_one_result_in_every_path(log: tuple[list[str], str], chunk: int, final_newline: bool) -> None:
@@ -222,9 +225,6 @@ def test_random_logs_give_one_result_in_every_path(log: tuple[list[str], str], c
     every = two.scan_bytes(data, chunk_bytes=chunk, progress="all")
     assert [s.line_no for s in every.progress] == progress_lines
     assert _figures(every) == _figures(one.scan_bytes(data, chunk_bytes=chunk, progress="all"))
-
-
-_SCREENERS = _pair(hits_per_pattern=None)
 
 
 # --------------------------------------------------------------------------- prefilters
