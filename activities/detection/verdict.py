@@ -48,6 +48,7 @@ from typing import Protocol
 from activities.detection.catalogue import Catalogue, PatternSpec, load_catalogue
 from activities.detection import fallback
 from activities.detection.hosts import NodeMap, mentioned_ips
+from activities.detection.progress import parse_progress_line
 from activities.detection.xid import xid_info
 from workflows.contracts import (
     Category,
@@ -471,6 +472,17 @@ class _Builder:
         if source is not None and any(s.id == "stack_frame_in_collective" for s in specs):
             self.dumps[source] = True
 
+    def progressed_after(self, line_no: int) -> bool:
+        """Training went on after `line_no`: two progress lines later in the output, the number growing."""
+        seen: list[int] = []
+        for n, line in self.tail:
+            if n <= line_no:
+                continue
+            sample = parse_progress_line(self._strip(line))
+            if sample is not None and sample.iteration is not None:
+                seen.append(sample.iteration)
+        return len(seen) >= 2 and seen[-1] > seen[0]
+
     def dump_culprits(self) -> list[tuple]:
         """Processes whose dump shows no thread in a collective while the others' do: the stuck ones."""
         waiting = [k for k, in_collective in self.dumps.items() if in_collective]
@@ -765,7 +777,7 @@ def _choose(b: _Builder, evidence: JobEvidence) -> _Choice:
     if timeouts and not (sched[Category.TIME_LIMIT] and evidence.hang_suspected):
         return _nccl_timeout_choice(b, timeouts, evidence)
     hang = [s for s in causes if s.category == Category.HANG]
-    if hang:
+    if hang and not b.progressed_after(max(s.line_no or 0 for s in hang)):
         return _hang_choice(b, hang)
 
     # 6. out of time
