@@ -415,13 +415,18 @@ class _Builder:
         if "rank" in fields:
             sig.rank = int(fields["rank"])
         if "tasks" in fields:
-            first = re.match(r"[0-9]+", fields["tasks"])
-            if first:
-                sig.task = int(first.group(0))
+            tasks = _task_ids(fields["tasks"])
+            if tasks:
+                sig.task = tasks[0]
+                sig.fields["task_ids"] = ",".join(map(str, tasks))
         if sig.rank is not None and sig.host and (ctx.host or "host" in fields):
             self.rank_host.setdefault(sig.rank, sig.host)
         pci = fields.get("pci")
+        if not pci and spec.category == Category.GPU_HARDWARE:
+            m = _PCI.search(ctx.text)
+            pci = m.group(1) if m else None  # "NVRM: GPU 0000:9b:00.0: GPU has fallen off the bus."
         if pci:
+            pci = _norm_pci(pci)
             sig.gpu = f"{sig.host}:{pci.lower()}" if sig.host else pci.lower()
         elif ctx.local_gpu is not None and sig.host:
             sig.gpu = f"{sig.host}:{ctx.local_gpu}"
@@ -653,6 +658,32 @@ class _Builder:
         per_node = max(1, math.ceil(max(world, rank + 1) / len(layout.nodes)))
         index = rank // per_node
         return layout.nodes[index] if index < len(layout.nodes) else None
+
+
+_PCI = re.compile(r"(?<![0-9A-Fa-f:])((?:[0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9])?(?![0-9A-Fa-f:])")
+MAX_TASK_IDS = 64
+
+
+def _norm_pci(pci: str) -> str:
+    """`00000000:3B:00.0` -> `0000:3b:00`: one spelling per GPU whatever tool printed it."""
+    parts = pci.lower().split(".")[0].split(":")
+    if len(parts) == 3 and len(parts[0]) == 8:
+        parts[0] = parts[0][4:]
+    return ":".join(parts)
+
+
+def _task_ids(text: str) -> list[int]:
+    """`0`, `1-3`, `0,2-3` -> the task ids (at most MAX_TASK_IDS)."""
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            continue
+        for t in range(int(lo), min(int(hi or lo), int(lo) + MAX_TASK_IDS) + 1):
+            out.append(t)
+            if len(out) >= MAX_TASK_IDS:
+                return out
+    return out
 
 
 def _gpu_words(text: str) -> tuple[Category, FaultDomain, str, bool, str] | None:
@@ -1080,8 +1111,9 @@ def _verdict(b: _Builder, choice: _Choice, evidence: JobEvidence, catalogue: Cat
     for s in sigs:
         if s.rank is not None and cat != Category.NCCL_TIMEOUT and s.role != "scheduler":
             ranks.add(s.rank)
-        elif s.rank is None and "tasks" in s.fields and s.task is not None and cat != Category.NCCL_TIMEOUT:
-            ranks.add(s.task)  # "srun: error: node3: task 5: Out Of Memory": Slurm's task id is the rank
+        elif s.rank is None and "task_ids" in s.fields and cat != Category.NCCL_TIMEOUT:
+            # "srun: error: node3: tasks 5-7: Out Of Memory": Slurm's task ids are the ranks
+            ranks.update(int(t) for t in s.fields["task_ids"].split(","))
         if s.gpu and cat in (Category.GPU_HARDWARE, Category.CUDA_ERROR, Category.GPU_OOM, Category.INTERCONNECT):
             gpus.add(s.gpu)
     if cat == Category.CUDA_ERROR and not hosts and domain != FaultDomain.APPLICATION:
