@@ -39,6 +39,7 @@ _TRAILER = re.compile(
     r"[*=#-]{3,}|primary job|mpirun|-{3,}|prterun|\s*(?:root cause|failures|time|host|rank|exitcode|error_file|traceback)\s*:|"
     r".{0,40}(?:exit(?:ed)? with (?:exit )?code|exit status|return code|returned non-zero)|"
     r"(?:deepspeed|accelerate|torchrun|ray|horovod|submitit)[ :.\[]|sending process|killing|terminat|"
+    r"set the environment variable hydra_full_error|"
     r".{0,20}(?:warning|notice|info)[: \]])"
 )
 _SIGNAL_WORDS = (
@@ -79,11 +80,16 @@ _DATA_MODULES = ("requests.", "urllib3.", "huggingface_hub.", "botocore.", "boto
                  "datasets.", "google.api_core.", "google.cloud.storage", "azure.core.", "tarfile.", "zipfile.", "_pickle.")
 
 
-def exception_family(qualified: str) -> tuple[Category, FaultDomain] | None:
+_DIST_WORDS = re.compile(r"(?i)store|c10d|rendezvous|nccl|gloo|socket|rank|worker|peer")
+
+
+def exception_family(qualified: str, message: str = "") -> tuple[Category, FaultDomain] | None:
     """The category an exception type stands for when it is not an application bug, else None."""
     if not qualified:
         return None
     short = qualified.rsplit(".", 1)[-1]
+    if short == "ConnectionError" and message and not _DIST_WORDS.search(message):
+        return Category.DATA_IO, FaultDomain.SYSTEM_SOFTWARE  # a download or a remote store, not the job's peers
     for names, category, domain in _FAMILIES:
         if short in names:
             if short == "OutOfMemoryError" and qualified.startswith(("numpy", "jax")):
@@ -112,7 +118,7 @@ def ends_in_exception(tail: Sequence[tuple[int, str]], strip: Callable[[str], st
             if not seen_tb and not exc.endswith(("Error", "Exception")):
                 return None
             qualified = text.split(":", 1)[0]
-            category, domain = exception_family(qualified) or (Category.APP_ERROR, FaultDomain.APPLICATION)
+            category, domain = exception_family(qualified, msg) or (Category.APP_ERROR, FaultDomain.APPLICATION)
             return Fallback(
                 category, domain, n, text,
                 f"the output ends with an uncaught {qualified}" + (f": {msg[:200]}" if msg else ""),

@@ -409,7 +409,8 @@ class _Builder:
         peer = self.nodemap.resolve(peer) if self.nodemap else self._norm_host(peer)
         sig.peers = [h for h in ([peer] if peer else []) + named if h and h != sig.host]
         sig.peers = list(dict.fromkeys(sig.peers))
-        family = fallback.exception_family(fields.get("exc_type", "")) if spec.id in _EXCEPTION_PATTERNS else None
+        family = (fallback.exception_family(fields.get("exc_type", ""), fields.get("message") or "")
+                  if spec.id in _EXCEPTION_PATTERNS else None)
         if family is not None:
             sig.category, sig.fault_domain = family
         if "rank" in fields:
@@ -428,6 +429,8 @@ class _Builder:
         if pci:
             pci = _norm_pci(pci)
             sig.gpu = f"{sig.host}:{pci.lower()}" if sig.host else pci.lower()
+        elif fields.get("gpu_index"):
+            sig.gpu = f"{sig.host}:{fields['gpu_index']}" if sig.host else fields["gpu_index"]
         elif ctx.local_gpu is not None and sig.host:
             sig.gpu = f"{sig.host}:{ctx.local_gpu}"
         if spec.id == "nvrm_xid" and fields.get("xid"):
@@ -639,8 +642,8 @@ class _Builder:
                 sig.host = next(iter(self.job_hosts))
             if sig.host:
                 sig.host_from = "layout"
-                if sig.gpu and ":" not in sig.gpu.split(":", 1)[0] and sig.gpu.count(":") == 2:
-                    sig.gpu = f"{sig.host}:{sig.gpu}"  # a bare PCI id "0000:3b:00" from a line without a host
+                if sig.gpu and (sig.gpu.count(":") == 2 or sig.gpu.isdigit()):
+                    sig.gpu = f"{sig.host}:{sig.gpu}"  # a bare PCI id or index from a line without a host
 
     def host_of_rank(self, rank: int) -> str | None:
         ranks = [s.rank for s in self.signals if s.rank is not None]
@@ -1104,8 +1107,8 @@ def _verdict(b: _Builder, choice: _Choice, evidence: JobEvidence, catalogue: Cat
         for s in sigs_for_hosts:
             if any_condemns and not s.condemns:
                 continue  # the condemning lines name the node; the rest may come from victims
-            if cat == Category.INTERCONNECT and not (s.condemns or s.severity == "fatal"):
-                continue  # a rank that lost its peer is not the faulty one
+            if cat == Category.INTERCONNECT and not (s.condemns or s.severity == "fatal" or s.host_from == "message"):
+                continue  # a rank that lost its peer is not the faulty one (a host the line names may be)
             if s.host:
                 hosts.add(s.host)
     for s in sigs:
@@ -1130,6 +1133,11 @@ def _verdict(b: _Builder, choice: _Choice, evidence: JobEvidence, catalogue: Cat
         hosts |= erring & xid_hosts
     if cat == Category.DATA_IO and not hosts:
         hosts |= _local_mount(sigs, b)
+    if cat == Category.CUDA_ERROR and not hosts and domain == FaultDomain.SYSTEM_SOFTWARE:
+        # a driver/runtime mismatch on some nodes only is those nodes' software; on all of them, the image's
+        erring = {s.host for s in sigs if s.host}
+        if erring and b.job_hosts and erring < b.job_hosts:
+            hosts |= erring
     link_lines = sigs if cat == Category.INTERCONNECT else [
         s for s in b.signals if s.category in (Category.NCCL_ERROR, Category.INTERCONNECT) and s.source == "log"]
     if cat in (Category.INTERCONNECT, Category.NCCL_ERROR, Category.NCCL_TIMEOUT) and any(s.peers for s in link_lines):
