@@ -71,7 +71,7 @@ _FAMILIES: tuple[tuple[tuple[str, ...], Category, FaultDomain], ...] = (
       "ReadTimeoutError", "ReadTimeout", "ConnectTimeout", "ConnectTimeoutError", "MaxRetryError", "SSLError",
       "HfHubHTTPError", "LocalEntryNotFoundError", "OfflineModeIsEnabled", "EntryNotFoundError", "ClientError",
       "NoCredentialsError", "EndpointConnectionError", "IncompleteRead", "ChunkedEncodingError",
-      "DatasetGenerationError"), Category.DATA_IO, FaultDomain.SYSTEM_SOFTWARE),
+      "DatasetGenerationError", "LustreError"), Category.DATA_IO, FaultDomain.SYSTEM_SOFTWARE),
     (("MemoryError", "_ArrayMemoryError"), Category.HOST_OOM, FaultDomain.RESOURCE),
     (("OutOfMemoryError", "ResourceExhaustedError"), Category.GPU_OOM, FaultDomain.RESOURCE),
 )
@@ -90,10 +90,10 @@ def exception_family(qualified: str, message: str = "") -> tuple[Category, Fault
     short = qualified.rsplit(".", 1)[-1]
     if short == "ConnectionError" and message and not _DIST_WORDS.search(message):
         return Category.DATA_IO, FaultDomain.SYSTEM_SOFTWARE  # a download or a remote store, not the job's peers
+    if short == "OutOfMemoryError" and qualified.startswith("ray."):
+        return Category.HOST_OOM, FaultDomain.RESOURCE  # Ray's memory monitor killed a worker: host memory
     for names, category, domain in _FAMILIES:
         if short in names:
-            if short == "OutOfMemoryError" and qualified.startswith(("numpy", "jax")):
-                continue
             return category, domain
     if qualified.startswith(_DATA_MODULES):
         return Category.DATA_IO, FaultDomain.SYSTEM_SOFTWARE

@@ -1148,6 +1148,11 @@ def _verdict(b: _Builder, choice: _Choice, evidence: JobEvidence, catalogue: Cat
             else:
                 hosts |= set(blamed)
             choice.why = (choice.why + "; " if choice.why else "") + why
+    if cat == Category.INTERCONNECT and hosts and "far end" not in choice.why:
+        far = [s for s in sigs if s.host in hosts and s.fields.get("peer") and s.host_from == "message"]
+        if far:
+            choice.why = (choice.why + "; " if choice.why else "") + (
+                f"{len(far)} failed link(s) name {', '.join(sorted({s.host for s in far}))} as their far end")
     root = b.elastic_root()
     if root is not None and cat not in (Category.NCCL_TIMEOUT, Category.HANG, Category.PREEMPTED, Category.TIME_LIMIT):
         if not hosts and root[0] and _implicates_hosts(cat, domain):
