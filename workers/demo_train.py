@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         "--plan",
         default="xid,ok",
         help="what each attempt does, comma separated (the last repeats): ok | xid (GPU lost on the second "
-        "node) | app (the same Python error every time) | hang (stops logging, keeps running) | "
+        "node) | xid-fqdn (the same, the node named only by its FQDN in a syslog line) | gpu-prose (a health "
+        "agent names the node in prose) | app (the same Python error every time) | hang (stops logging, keeps running) | "
         "early (transient NCCL error before the first checkpoint) | slow (iterations 3x slower from --fail-at on)",
     )
     args = parser.parse_args(argv)
@@ -162,7 +163,37 @@ def fail_early(bad: str, bad_index: int, nodes: list[str], ranks_per_node: int, 
     )
 
 
-FAILURES = {"xid": fail, "app": fail_app, "early": fail_early}
+def _timeouts_on_the_others(bad_index: int, nodes: list[str], ranks_per_node: int, it: int) -> None:
+    bad_ranks = range(bad_index * ranks_per_node, (bad_index + 1) * ranks_per_node)
+    for rank in range(len(nodes) * ranks_per_node):
+        if rank not in bad_ranks:
+            log(
+                f"[rank{rank}]:[E ProcessGroupNCCL.cpp:616] [Rank {rank}] Watchdog caught collective operation "
+                f"timeout: WorkNCCL(SeqNum={it * 7}, OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, "
+                f"Timeout(ms)=600000) ran for 600021 milliseconds before timing out."
+            )
+
+
+def fail_kernel_fqdn(bad: str, bad_index: int, nodes: list[str], ranks_per_node: int, it: int) -> None:
+    """The GPU's node is named only by its FQDN in a forwarded syslog line; no launcher line names it."""
+    _timeouts_on_the_others(bad_index, nodes, ranks_per_node, it)
+    stamp = datetime.now().strftime("%b %d %H:%M:%S")
+    log(f"{stamp} {bad}.cluster.internal kernel: NVRM: Xid (PCI:0000:3b:00): 48, pid=48213, name=python, "
+        "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 0, "
+        "subpartition 0.")
+    log("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error "
+        "(run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5")
+
+
+def fail_health_prose(bad: str, bad_index: int, nodes: list[str], ranks_per_node: int, it: int) -> None:
+    """A node health agent names the node in prose ("... on instance HOST ..."), after the ranks' timeouts."""
+    _timeouts_on_the_others(bad_index, nodes, ranks_per_node, it)
+    log(f"[{datetime.now():%Y-%m-%dT%H:%M:%S}Z health-agent] GPU 0 (PCI 0000:3b:00) on instance {bad} "
+        "is unhealthy: Xid 79 (GPU has fallen off the bus); node marked for repair")
+
+
+FAILURES = {"xid": fail, "app": fail_app, "early": fail_early, "xid-fqdn": fail_kernel_fqdn,
+            "gpu-prose": fail_health_prose}
 
 
 if __name__ == "__main__":
