@@ -29,6 +29,8 @@ _EXCEPTION_LINE = re.compile(
     r"(?P<exc>[A-Z][A-Za-z0-9_]{0,80}(?:Error|Exception|Exit|Interrupt|Failure|Fault|Unsupported))"
     r"(?::(?P<msg>.{0,400}))?$"
 )
+# an exception printed as its repr, as Hydra and loggers do: ConnectionError("Couldn't reach ...")
+_REPR = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]{0,40}\.){0,8}(?P<exc>[A-Z][A-Za-z0-9_]{0,80}(?:Error|Exception))\((?P<msg>.{0,400})\)$")
 _QUALIFIED = re.compile(r"^(?P<exc>(?:[a-z_][a-z0-9_]{0,40}\.){1,8}[A-Z][A-Za-z0-9_]{1,60}):(?P<msg>.{0,400})$")
 _NUMERIC = re.compile(r"^[\s0-9.,eE+\-%:=/()]*$")
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)|^\s*File \"[^\"]{1,400}\", line [0-9]{1,7}")
@@ -107,7 +109,7 @@ def ends_in_exception(tail: Sequence[tuple[int, str]], strip: Callable[[str], st
     seen_tb = any(_TRACEBACK.search(t) for _, t in lines)
     trailing = 0
     for n, text in reversed(lines):
-        m = _EXCEPTION_LINE.match(text) or _QUALIFIED.match(text)
+        m = _EXCEPTION_LINE.match(text) or _QUALIFIED.match(text) or _REPR.match(text)
         if m:
             exc = m.group("exc")
             msg = (m.group("msg") or "").strip()
@@ -117,7 +119,7 @@ def ends_in_exception(tail: Sequence[tuple[int, str]], strip: Callable[[str], st
                 return None
             if not seen_tb and not exc.endswith(("Error", "Exception")):
                 return None
-            qualified = text.split(":", 1)[0]
+            qualified = text.split(":", 1)[0].split("(", 1)[0]
             category, domain = exception_family(qualified, msg) or (Category.APP_ERROR, FaultDomain.APPLICATION)
             return Fallback(
                 category, domain, n, text,

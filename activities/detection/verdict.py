@@ -435,6 +435,10 @@ class _Builder:
             sig.gpu = f"{sig.host}:{ctx.local_gpu}"
         if spec.id == "nvrm_xid" and fields.get("xid"):
             info = xid_info(int(fields["xid"]))
+            earlier = _PREVIOUS_XID.search(line)
+            if earlier and not info.condemns:
+                # "Xid 45 ... caused by previous Xid 149": the line is evidence of the earlier one on this GPU
+                info = xid_info(int(earlier.group(1)))
             sig.category, sig.fault_domain = _cat(info.category), FaultDomain(info.fault_domain)
             sig.severity, sig.condemns = info.severity, info.condemns
             sig.note = f"Xid {info.code} ({info.name}): {info.meaning}; action: {info.action}"
@@ -663,6 +667,7 @@ class _Builder:
         return layout.nodes[index] if index < len(layout.nodes) else None
 
 
+_PREVIOUS_XID = re.compile(r"caused by previous Xid ([0-9]{1,4})")
 _PCI = re.compile(r"(?<![0-9A-Fa-f:])((?:[0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9])?(?![0-9A-Fa-f:])")
 MAX_TASK_IDS = 64
 
@@ -868,7 +873,7 @@ def _choose(b: _Builder, evidence: JobEvidence) -> _Choice:
 # launcher lines that report a worker's death (the cause is elsewhere, but something died)
 _DUMP_PATTERNS = {"stack_dump_header", "faulthandler_timeout_dump", "stack_frame_in_collective"}
 _OUTSIDE_SIGNALS = {"signal 9", "signal 6"}  # Fallback.signature_text of kills that usually come from outside
-_DEATH_REPORTS = {"elastic_child_failed", "elastic_worker_failed", "srun_task_exit_code"}
+_DEATH_REPORTS = {"elastic_child_failed", "elastic_worker_failed", "srun_task_exit_code", "hydra_job_failed"}
 
 
 # symptoms that also show up in healthy runs (HTTP retries, handled exceptions, chatter about nodes)

@@ -78,6 +78,11 @@ XIDS: dict[int, XidInfo] = {
                 "no action unless it repeats often", "interconnect", "hardware", "warning", False),
         XidInfo(140, "Unrecovered ECC error", "the GPU found an ECC error it could not recover from",
                 "drain the node and reset the GPU; replace it if it recurs", *_HW, "fatal", True),
+        *(XidInfo(code, f"NVLink error ({unit})", f"the NVLink {unit} unit reported an error on a link of this GPU",
+                  "drain the node; reset the GPUs on the link and check the NVLink/NVSwitch fabric",
+                  "interconnect", "hardware", "error", True)
+          for code, unit in ((144, "SAW"), (145, "RLW"), (146, "TLW"), (147, "TREX"), (148, "NVLPW control"),
+                             (149, "NETIR"), (150, "MSE"))),
         XidInfo(154, "GPU recovery action changed", "the driver says the GPU needs a recovery action (reset or node reboot)",
                 "follow the named recovery action: drain the node and reset the GPU or reboot", *_HW, "error", True),
     )
