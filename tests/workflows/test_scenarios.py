@@ -203,8 +203,11 @@ async def test_pause_resume_and_stop_signals(scenario: Scenario, worker: WorkerP
     assert slurm_state(job_id) == ("FAILED", 0)
 
 
-async def test_pause_on_a_job_jobmedic_holds_releases_its_hold(scenario: Scenario, worker: WorkerProcess) -> None:
-    """A hold decided by the policy (a systemic hold, here for a single job) is undone by `jobmedic pause`."""
+@pytest.mark.parametrize("command", ["pause", "stop"])
+async def test_pause_or_stop_on_a_job_jobmedic_holds_releases_its_hold(
+    command: str, scenario: Scenario, worker: WorkerProcess
+) -> None:
+    """A hold decided by the policy (a systemic hold, here for a single job) is undone by `jobmedic pause|stop`."""
     scenario.policy = {"systemic_jobs": 1}
     worker.start()
     job_id = _submit(scenario, plan="xid,ok")
@@ -212,10 +215,11 @@ async def test_pause_on_a_job_jobmedic_holds_releases_its_hold(scenario: Scenari
     advice = [e for e in scenario.entries(job_id) if e.event_type is EventType.ADVICE]
     assert [(a.action, a.rule) for a in advice] == [("hold", "systemic_hold")]
     assert scontrol_job(job_id)["Reason"] == "job_requeued_in_held_state"
-    assert scenario.cli("pause", job_id).returncode == 0
-    await wait_for(lambda: slurm_state(job_id) == ("COMPLETED", 1), timeout=120, what="released by pause, then ran")
+    assert scenario.cli(command, job_id).returncode == 0
+    await wait_for(lambda: slurm_state(job_id) == ("COMPLETED", 1), timeout=120, what=f"released by {command}, then ran")
     releases = [e for e in scenario.entries(job_id) if e.event_type is EventType.ACTION_CONFIRMED and e.action == "release"]
-    assert len(releases) == 1 and "paused" in releases[0].outcome, [r.outcome for r in releases]
+    said = "paused" if command == "pause" else "stopped"
+    assert len(releases) == 1 and said in releases[0].outcome, [r.outcome for r in releases]
 
 
 async def test_watchdog_leaves_the_failed_job_to_slurm_when_attribution_never_answers(
