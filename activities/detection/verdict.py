@@ -1174,6 +1174,12 @@ def _verdict(b: _Builder, choice: _Choice, evidence: JobEvidence, catalogue: Cat
             hosts.add(repeat[0])
             choice.why = (choice.why + "; " if choice.why else "") + (
                 f"{repeat[0]} failed {evidence.node_failure_counts[repeat[0]]} other jobs recently")
+    if hosts and not ranks and cat in (Category.GPU_HARDWARE, Category.NODE_FAILURE, Category.CUDA_ERROR):
+        # the ranks that crashed on the blamed node are where it showed
+        ranks |= {s.rank if s.rank is not None else s.task for s in b.signals
+                  if s.host in hosts and s.source == "log" and s.strong and (s.rank is not None or "tasks" in s.fields)
+                  and s.category in _RANK_CRASH and (s.rank is not None or s.task is not None)}
+        ranks.discard(None)  # type: ignore[arg-type]
     if hosts:  # a GPU is evidence on a blamed node; the far end's view of its own device is not
         gpus = {g for g in gpus if g.split(":", 1)[0] in hosts or ":" not in g}
     confidence = _confidence(choice, b, evidence, hosts)
@@ -1227,6 +1233,7 @@ def _link_blame(sigs: list[Signal], everything: list[Signal]) -> tuple[list[str]
     return [peer], f"the failed link{where} points to its far end {peer}"
 
 
+_RANK_CRASH = {Category.CUDA_ERROR, Category.GPU_HARDWARE, Category.APP_ERROR, Category.NODE_FAILURE, Category.NCCL_ERROR}
 _MOUNT_ERRORS = {"stale_file_handle", "io_error", "lustre_error"}
 _DEVICE_CUDA_ERRORS = {"cuda_unknown_error"}  # "CUDA error: unknown error": usually a GPU that became unusable
 
