@@ -1,10 +1,12 @@
-"""Split the real-format corpus once into tune and holdout, about 2:1, stratified by category.
+"""Split the real-format corpus into tune and holdout, about 2:1, stratified by category, once per batch.
 
-`python tests/corpus/real/split.py` moves every case of `pool/` into `tune/` or `holdout/`:
-within each category, cases are ordered by the SHA-256 of their name and every third goes
-to holdout. The order depends on nothing but the names, so the split can be checked by
-anyone (`--check` recomputes it for the cases already split and fails on any difference).
-The split is made once, before the engine is tuned on `tune/`; README.md records its commit.
+`python tests/corpus/real/split.py [--batch NAME]` moves every case of `pool/` into `tune/` or
+`holdout/`: within each category of the batch, cases are ordered by the SHA-256 of their name
+and every third goes to holdout. `SPLIT.tsv` records every case's batch and split; a case once
+split never moves, so a later batch never reshuffles an earlier one. `--check` recomputes each
+batch's assignment from the names alone and fails on any difference with SPLIT.tsv or with where
+the files are. Each batch is split before the engine is tuned on its `tune/` part; README.md
+records the commits.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SPLITS = ("tune", "holdout")
+MANIFEST = HERE / "SPLIT.tsv"
 
 
 def assign(names_by_category: dict[str, list[str]]) -> dict[str, str]:
@@ -38,37 +41,75 @@ def cases(folder: Path) -> dict[str, str]:
     return out
 
 
+def read_manifest() -> dict[str, tuple[str, str]]:
+    """Case name -> (batch, split) as recorded."""
+    if not MANIFEST.exists():
+        return {}
+    out = {}
+    for line in MANIFEST.read_text().splitlines()[1:]:
+        if line.strip():
+            name, batch, split = line.split("\t")
+            out[name] = (batch, split)
+    return out
+
+
+def write_manifest(rows: dict[str, tuple[str, str]]) -> None:
+    lines = ["case\tbatch\tsplit"] + [f"{n}\t{b}\t{s}" for n, (b, s) in sorted(rows.items())]
+    MANIFEST.write_text("\n".join(lines) + "\n")
+
+
+def check() -> list[str]:
+    recorded = read_manifest()
+    where = {name: split for split in SPLITS for name in cases(HERE / split)}
+    category = {name: cat for split in SPLITS for name, cat in cases(HERE / split).items()}
+    problems = [f"{n}: in {where[n]}, not in SPLIT.tsv" for n in where if n not in recorded]
+    problems += [f"{n}: in SPLIT.tsv, no files" for n in recorded if n not in where]
+    by_batch: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for name, (batch, _) in recorded.items():
+        if name in category:
+            by_batch[batch][category[name]].append(name)
+    for batch, by_cat in by_batch.items():
+        for name, split in assign(by_cat).items():
+            if recorded[name][1] != split:
+                problems.append(f"{name}: SPLIT.tsv says {recorded[name][1]}, batch {batch}'s rule says {split}")
+            if where.get(name) != recorded[name][1]:
+                problems.append(f"{name}: in {where.get(name)}, SPLIT.tsv says {recorded[name][1]}")
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="verify the existing split, move nothing")
+    parser.add_argument("--check", action="store_true", help="verify the recorded split, move nothing")
+    parser.add_argument("--batch", default="b1", help="name of the batch the pool's cases form (default b1)")
     args = parser.parse_args(argv)
-    where: dict[str, Path] = {}
-    by_cat: dict[str, list[str]] = defaultdict(list)
-    for folder in [HERE / "pool", *(HERE / s for s in SPLITS)]:
-        for name, category in cases(folder).items():
-            where[name] = folder
-            by_cat[category].append(name)
-    plan = assign(by_cat)
-    wrong = [n for n, s in plan.items() if where[n].name in SPLITS and where[n].name != s]
     if args.check:
-        for name in wrong:
-            print(f"{name}: in {where[name].name}, the split says {plan[name]}", file=sys.stderr)
-        print(f"{len(plan)} cases, {len(wrong)} out of place")
-        return 1 if wrong else 0
-    if wrong:
-        print(f"{len(wrong)} already split cases would move; refusing (the split is made once)", file=sys.stderr)
+        problems = check()
+        for p in problems:
+            print(p, file=sys.stderr)
+        print(f"{len(read_manifest())} cases, {len(problems)} out of place")
+        return 1 if problems else 0
+    recorded = read_manifest()
+    pool = cases(HERE / "pool")
+    if any(b == args.batch for b, _ in recorded.values()):
+        print(f"batch {args.batch} was split already; name the new batch with --batch", file=sys.stderr)
         return 1
-    moved = 0
+    clash = sorted(set(pool) & set(recorded))
+    if clash:
+        print(f"{len(clash)} pool case(s) already split (e.g. {clash[0]}); refusing", file=sys.stderr)
+        return 1
+    by_cat: dict[str, list[str]] = defaultdict(list)
+    for name, category in pool.items():
+        by_cat[category].append(name)
+    plan = assign(by_cat)
     for name, split in plan.items():
-        if where[name].name != "pool":
-            continue
         target = HERE / split
         target.mkdir(exist_ok=True)
         for suffix in (".log", ".expected.json"):
-            (where[name] / f"{name}{suffix}").rename(target / f"{name}{suffix}")
-        moved += 1
+            (HERE / "pool" / f"{name}{suffix}").rename(target / f"{name}{suffix}")
+        recorded[name] = (args.batch, split)
+    write_manifest(recorded)
     counts = {s: sum(1 for v in plan.values() if v == s) for s in SPLITS}
-    print(f"moved {moved} case(s); tune {counts['tune']}, holdout {counts['holdout']}")
+    print(f"batch {args.batch}: moved {len(plan)} case(s); tune {counts['tune']}, holdout {counts['holdout']}")
     return 0
 
 
