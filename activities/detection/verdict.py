@@ -816,7 +816,10 @@ def _choose(b: _Builder, evidence: JobEvidence) -> _Choice:
     if timeouts and not (sched[Category.TIME_LIMIT] and evidence.hang_suspected):
         return _nccl_timeout_choice(b, timeouts, evidence)
     hang = [s for s in causes if s.category == Category.HANG]
-    if hang and not b.progressed_after(max(s.line_no or 0 for s in hang)):
+    recovered: set[int] = set()
+    if hang and b.progressed_after(max(s.line_no or 0 for s in hang)):
+        recovered = {id(s) for s in sigs if s.category == Category.HANG}  # a stall training got over
+    elif hang:
         return _hang_choice(b, hang)
 
     # 6. out of time
@@ -842,7 +845,7 @@ def _choose(b: _Builder, evidence: JobEvidence) -> _Choice:
         weak = [s for s in weak if not _ambiguous(s)]
     if job_failed:
         weak += [s for s in sigs if s.severity == "warning" and s.category != Category.NONE]
-    weak = [s for s in weak if before_cutoff(s)]
+    weak = [s for s in weak if before_cutoff(s) and id(s) not in recovered]
     if any(s.pattern_id not in _DEATH_REPORTS for s in weak):
         weak = [s for s in weak if s.pattern_id not in _DEATH_REPORTS]  # "a worker failed" says nothing of why
     for cat in _SYMPTOM_ORDER:
