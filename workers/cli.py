@@ -28,16 +28,35 @@ def build_parser() -> argparse.ArgumentParser:
             "isolate, restart or stop. Monitor mode is the default."
         ),
     )
-    parser.add_argument(
-        "--config",
-        metavar="FILE",
-        help="TOML settings file (default: $JOBMEDIC_CONFIG, else the embedded defaults)",
-    )
-    parser.add_argument("--log-level", default=None, help="DEBUG, INFO, WARNING or ERROR (default: INFO)")
+    _add_global_options(parser, default=None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"workers.commands.{name}").register(sub)
+    for command in _subcommands(parser):
+        # also after the subcommand (`jobmedic config show --config F`); SUPPRESS: an option given
+        # before the subcommand is not overwritten by the subcommand's own default
+        _add_global_options(command, default=argparse.SUPPRESS)
     return parser
+
+
+def _add_global_options(parser: argparse.ArgumentParser, *, default: object) -> None:
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=default,
+        help="TOML settings file (default: $JOBMEDIC_CONFIG, else the embedded defaults)",
+    )
+    parser.add_argument("--log-level", default=default, help="DEBUG, INFO, WARNING or ERROR (default: INFO)")
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every parser below `parser`, at any depth (`config`, `config show`, ...)."""
+    found: list[argparse.ArgumentParser] = []
+    for action in parser._actions:  # noqa: SLF001 - argparse has no public walk over subparsers
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            for child in dict.fromkeys(action.choices.values()):  # aliases map to the same parser
+                found += [child, *_subcommands(child)]
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
