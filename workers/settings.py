@@ -10,14 +10,26 @@ directory: the embedded default.
 
 from __future__ import annotations
 
+import difflib
+import ipaddress
 import os
 import re
 import tomllib
+import typing
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from adapters.errors import ConfigError
@@ -31,17 +43,23 @@ def default_data_dir() -> Path:
     return Path(user_data_dir("jobmedic", appauthor=False))
 
 
+# Bounds shared by many keys. TOML has `inf` and `nan`: a bound refuses them too.
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Port = Annotated[int, Field(ge=1, le=65535)]
+ByteCount = Annotated[int, Field(ge=1)]
+
+
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
 class SshSettings(Section):
     host: str = "127.0.0.1"
-    port: int = 22
+    port: Port = 22
     user: str = "root"
     key_file: Path | None = None
     known_hosts: Path | None = None
-    connect_timeout_s: float = 10.0
+    connect_timeout_s: Seconds = 10.0
     # remote environment, e.g. {"SLURM_CONF": "/etc/slurm/slurm.conf"}
     env: dict[str, str] = Field(default_factory=dict)
 
@@ -58,7 +76,7 @@ class SshSettings(Section):
 class SchedulerSettings(Section):
     access: Literal["local", "ssh"] = "local"
     ssh: SshSettings | None = None
-    command_timeout_s: float = 30.0
+    command_timeout_s: Seconds = 30.0
     # local mode: extra environment for the Slurm commands (SLURM_CONF is inherited anyway)
     env: dict[str, str] = Field(default_factory=dict)
 
@@ -76,41 +94,79 @@ class LogSourceSettings(Section):
     job_label: str = "slurm_job_id"
     host_label: str = "host"
     extra_selector: str = ""
-    max_bytes_per_read: int = 4 * 1024 * 1024
-    max_line_bytes: int = 64 * 1024
-    timeout_s: float = 10.0
+    max_bytes_per_read: ByteCount = 4 * 1024 * 1024
+    max_line_bytes: ByteCount = 64 * 1024
+    timeout_s: Seconds = 10.0
     bearer_token: SecretStr | None = None
 
 
 class MetricsSettings(Section):
     prometheus_url: str | None = None
     host_label: str = "Hostname"
-    timeout_s: float = 10.0
+    timeout_s: Seconds = 10.0
     bearer_token: SecretStr | None = None
 
 
 class AttributionSettings(Section):
     url: str | None = None
-    timeout_s: float = 5.0
+    timeout_s: Seconds = 5.0
     bearer_token: SecretStr | None = None
 
 
 class WatchdogSettings(Section):
     # fail open (release the job) when a decision or action overruns; observe only audits it
     mode: Mode = Mode.ACTION
-    decision_deadline_s: float = 120.0
-    action_deadline_s: float = 120.0
+    decision_deadline_s: Seconds = 120.0
+    action_deadline_s: Seconds = 120.0
     # one scheduler activity attempt; a worker lost mid-activity is noticed after this long
-    activity_timeout_s: float = 60.0
+    activity_timeout_s: Seconds = 60.0
     # audit entries the store refused for good (not retryable) are sent again after this pause
-    audit_retry_pause_s: float = 60.0
+    audit_retry_pause_s: Seconds = 60.0
 
 
 class HangSettings(Section):
-    floor_s: float = 300.0
-    ceiling_s: float = 3600.0
-    default_s: float = 1800.0
-    factor: float = 5.0
+    floor_s: Seconds = 300.0
+    ceiling_s: Seconds = 3600.0
+    default_s: Seconds = 1800.0
+    # below 1 a job's own normal rhythm would already count as a hang
+    factor: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 5.0
+
+    @model_validator(mode="after")
+    def _floor_below_ceiling(self) -> "HangSettings":
+        if self.floor_s > self.ceiling_s:
+            raise ValueError(f"floor_s ({self.floor_s:g}) is above ceiling_s ({self.ceiling_s:g}); lower the floor or raise the ceiling")
+        return self
+
+
+# Bounds of the decision policy's knobs (`PolicyConfig` lives with the workflows, which must
+# keep decoding old histories, so it ignores unknown keys; a settings file must not).
+_POLICY_BOUNDS: dict[str, Any] = {
+    "max_attempts": Field(ge=1),
+    "attempts_window_s": Field(gt=0, allow_inf_nan=False),
+    "no_checkpoint_attempts": Field(ge=1),
+    "same_error_stop_after": Field(ge=1),
+    "oom_stop_after": Field(ge=1),
+    "transient_restart_limit": Field(ge=0),
+    # one job alone is never a shared cause
+    "systemic_jobs": Field(ge=2),
+    "systemic_window_s": Field(gt=0, allow_inf_nan=False),
+    "do_not_restart_exit_code": Field(ge=1, le=255),
+    "straggler_restart_limit": Field(ge=0),
+}
+
+class _StrictPolicy(PolicyConfig):
+    model_config = ConfigDict(extra="forbid")
+
+
+PolicySettings = create_model(
+    "PolicySettings",
+    __base__=_StrictPolicy,
+    __doc__="`PolicyConfig` as a settings section: unknown keys refused, every knob bounded.",
+    **{
+        name: (Annotated[PolicyConfig.model_fields[name].annotation, bound], PolicyConfig.model_fields[name].default)
+        for name, bound in _POLICY_BOUNDS.items()
+    },
+)
 
 
 class ClusterSettings(Section):
@@ -121,13 +177,14 @@ class ClusterSettings(Section):
     job_environments: str = ".*"
     mode: Mode = Mode.OBSERVE
     acknowledge_scheduler_actions: bool = False
-    poll_interval_s: float = 15.0
+    # one scheduler query per interval; a shorter one would poll slurmctld in a tight loop
+    poll_interval_s: Annotated[float, Field(ge=0.1, allow_inf_nan=False)] = 15.0
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     logs: LogSourceSettings = Field(default_factory=LogSourceSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     attribution: AttributionSettings = Field(default_factory=AttributionSettings)
     watchdog: WatchdogSettings = Field(default_factory=WatchdogSettings)
-    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    policy: PolicySettings = Field(default_factory=PolicySettings)  # type: ignore[valid-type]
     hang: HangSettings = Field(default_factory=HangSettings)
 
     @field_validator("name")
@@ -252,20 +309,52 @@ class _TomlSource(PydanticBaseSettingsSource):
     def __call__(self) -> dict[str, Any]:
         if self.path is None:
             return {}
-        try:
-            with open(self.path, "rb") as fh:
-                return tomllib.load(fh)
-        except FileNotFoundError as exc:
-            raise ConfigError(f"config file {self.path} does not exist (given by --config or JOBMEDIC_CONFIG)") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {self.path} is not valid TOML: {exc}") from exc
+        return read_toml(self.path)
+
+
+_TOML_WHERE = re.compile(r"\s*\((?:at line (\d+), column (\d+)|at end of document)\)$")
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """The TOML file at `path`; any reason it cannot be read is one `ConfigError` line naming file and line."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file {path} does not exist (given by --config or JOBMEDIC_CONFIG)") from exc
+    except OSError as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}; check the path and its permissions") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ConfigError(
+            f"config file {path}, line {line}, column {column}: byte 0x{raw[exc.start]:02x} is not UTF-8; "
+            "TOML files are UTF-8: save it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)"
+        ) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        reason = str(exc)
+        where = _TOML_WHERE.search(reason)
+        if where is None:
+            place = ""
+        elif where.group(1):
+            place = f", line {where.group(1)}, column {where.group(2)}"
+        else:
+            place = f", line {text.count(chr(10)) + 1} (end of file)"
+        reason = _TOML_WHERE.sub("", reason)
+        raise ConfigError(
+            f"config file {path}{place}: not valid TOML ({reason}); fix that line "
+            "(one `key = value` per line, strings in double quotes, `[section]` headers)"
+        ) from None
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="JOBMEDIC_", env_nested_delimiter="__", extra="forbid")
 
     data_dir: Path = Field(default_factory=default_data_dir)
-    log_level: str = "INFO"
+    log_level: Literal["TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     # this deployment's name, written on every Slurm job it acts on (AdminComment `jobmedic:<deployment> ...`);
     # two deployments watching one cluster need different names: neither acts on a job the other owns
     deployment: str = "jobmedic"
@@ -273,9 +362,29 @@ class Settings(BaseSettings):
     audit: AuditSettings = Field(default_factory=AuditSettings)
     clusters: list[ClusterSettings] = Field(default_factory=lambda: [ClusterSettings()])
     # activity name -> seconds slept at its start: fault injection for crash-safety tests only
-    fault_delays: dict[str, float] = Field(default_factory=dict)
-    # the worker serves Prometheus metrics about jobmedic itself on this port (every interface); None: not served
-    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    fault_delays: dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(default_factory=dict)
+    # the worker serves Prometheus metrics about jobmedic itself on this port; None: not served
+    metrics_port: Port | None = None
+    metrics_bind: str = Field(
+        default="127.0.0.1",
+        description="Address the metrics endpoint binds: loopback unless opened on purpose "
+        "(`0.0.0.0` or `::` for every interface, e.g. in a container that Prometheus scrapes).",
+    )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_in_capitals(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("metrics_bind")
+    @classmethod
+    def _bind_is_an_address(cls, value: str) -> str:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            if not re.fullmatch(r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}))*", value):
+                raise ValueError("not an IP address or host name (e.g. 127.0.0.1, or 0.0.0.0 for every interface)") from None
+        return value
 
     @field_validator("deployment")
     @classmethod
@@ -330,20 +439,64 @@ def load_settings(config_path: str | Path | None = None) -> Settings:
     try:
         return Settings()
     except ValidationError as exc:
-        raise ConfigError(_describe(exc)) from exc
+        raise ConfigError(_describe(exc)) from None  # the pydantic traceback adds nothing a user can act on
     finally:
         _CONFIG_PATH.reset(token)
 
 
 def _describe(exc: ValidationError) -> str:
-    lines = []
-    for err in exc.errors():
-        key = ".".join(str(part) for part in err["loc"]) or "(top level)"
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key (check the spelling; `jobmedic config show` prints every known key)"
-        lines.append(f"{key}: {msg}")
-    return "invalid configuration:\n  " + "\n  ".join(lines)
+    """One line per error: the full key (`clusters[0].policy.max_attempts`), what is wrong, what to do."""
+    return "invalid configuration:\n  " + "\n  ".join(_describe_one(err) for err in exc.errors())
+
+
+def _describe_one(err: Any) -> str:
+    loc = tuple(err["loc"])
+    key = dotted_key(loc) or "(top level)"
+    if err["type"] == "extra_forbidden":
+        known = sorted(_known_keys(loc[:-1]))
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+        hint = f"did you mean {dotted_key((*loc[:-1], close[0]))}?" if close else f"known keys here: {', '.join(known)}"
+        return f"{key}: unknown key; {hint}"
+    msg = str(err["msg"]).removeprefix("Value error, ").replace("Input should be", "must be")
+    if err["type"] in {"missing", "model_type", "dict_type"} or isinstance(err.get("input"), dict | list):
+        return f"{key}: {msg}"
+    return f"{key} = {_shown(err.get('input'))}: {msg}"
+
+
+def dotted_key(loc: tuple[Any, ...]) -> str:
+    """A settings key as the TOML file spells it: `clusters[0].policy.max_attempts`."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _shown(value: Any) -> str:
+    shown = repr(value) if isinstance(value, str) else str(value)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
+
+
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+    """Field names of the settings section at `loc` (list indices skipped); empty when not a section."""
+    model: type[BaseModel] | None = Settings
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(str(part)) if model is not None else None
+        model = _section_in(field.annotation) if field is not None else None
+        if model is None:
+            return []
+    return list(model.model_fields) if model is not None else []
+
+
+def _section_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _section_in(arg)
+        if found is not None:
+            return found
+    return None
 
 
 def masked_dump(settings: Settings) -> dict[str, Any]:
