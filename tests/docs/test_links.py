@@ -36,3 +36,11 @@ def test_relative_links_point_to_existing_files(doc):
         if path and not (doc.parent / path).exists():
             missing.append(target)
     assert not missing, f"{doc.relative_to(REPO)} links to files that do not exist: {', '.join(missing)}"
+
+
+@pytest.mark.parametrize("svg", sorted((REPO / "docs").glob("*.svg")), ids=lambda p: p.name)
+def test_pictures_are_well_formed_svg(svg):
+    from xml.etree import ElementTree
+
+    root = ElementTree.parse(svg).getroot()
+    assert root.tag == "{http://www.w3.org/2000/svg}svg" and root.get("viewBox")
