@@ -120,7 +120,8 @@ SETTING_MEANINGS: dict[str, str] = {
                                             "noticed after this long.",
     "clusters.watchdog.audit_retry_pause_s": "Audit entries the store refused for good are sent again after this pause.",
     "clusters.policy.max_attempts": "Stop once a failure is the N-th within `attempts_window_s` (rule "
-                                    "`attempt_budget`); the job's opt-in `max_attempts` overrides it.",
+                                    "`attempt_budget`): 5 allows up to 4 restarts, 1 none. The job's opt-in "
+                                    "`max_attempts` overrides it.",
     "clusters.policy.attempts_window_s": "Window of the attempt budget.",
     "clusters.policy.no_checkpoint_attempts": "Stop a job known to checkpoint when this many attempts in a row "
                                               "saved no new checkpoint (`no_checkpoint_progress`).",
@@ -348,8 +349,9 @@ OPT_IN_MEANINGS: dict[str, str] = {
                    "{MAX_TEXT_FIELD} characters.",
     "mode": "`observe`: advice only, whatever the cluster allows. `action`: jobmedic may act on the job when the "
             "cluster allows action too. Any case.",
-    "max_attempts": "Attempt budget of this job (a whole number, 0 or more); replaces the cluster's "
-                    "`policy.max_attempts`.",
+    "max_attempts": "Attempt budget of this job; replaces the cluster's `policy.max_attempts`. The failure "
+                    "that is the N-th within the policy's window stops the job: 3 allows up to 2 restarts, "
+                    "0 or 1 none.",
     "checkpoint_dir": "Where the job writes its checkpoints. Naming one tells the policy that the job checkpoints, "
                       "so attempts that save no new checkpoint stop it (`no_checkpoint_progress`); jobmedic does "
                       "not read the directory. At most {MAX_TEXT_FIELD} characters.",
