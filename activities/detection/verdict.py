@@ -1398,7 +1398,8 @@ def _explain(
         parts.append(f"{', '.join(repeat)} also failed other jobs recently, which raises confidence.")
     job = evidence.job
     if job is not None and job.state != JobState.UNKNOWN:
-        parts.append(f"Scheduler: job {job.job_id} is {job.state.value}"
+        who = "the job" if job.job_id in ("offline", "corpus") else f"job {job.job_id}"
+        parts.append(f"Scheduler: {who} is {job.state.value}"
                      + (f" ({job.reason})" if job.reason else "")
                      + (f", exit code {job.exit_code}" if job.exit_code is not None else "") + ".")
     parts.append(f"Suggested: {_ADVICE.get(cat, 'restart')}.")
