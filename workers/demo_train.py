@@ -14,7 +14,7 @@ import argparse
 import os
 import sys
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         "--plan",
         default="xid,ok",
         help="what each attempt does, comma separated (the last repeats): ok | xid (GPU lost on the second "
-        "node) | xid-fqdn (the same, the node named only by its FQDN in a syslog line) | gpu-prose (a health "
+        "node) | fatal-running (a rank's CUDA error is printed, the job keeps running) | xid-fqdn (the same, the node named only by its FQDN in a syslog line) | gpu-prose (a health "
         "agent names the node in prose) | app (the same Python error every time) | hang (stops logging, keeps running) | "
         "early (transient NCCL error before the first checkpoint) | slow (iterations 3x slower from --fail-at on)",
     )
@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     fail_at = min(start + 3, args.iterations) if todo == "early" else max(args.fail_at, start + 1)
     for it in range(start + 1, args.iterations + 1):
         if todo == "hang" and it == fail_at:
+            log(f"[demo] failing now (hang) at {datetime.now(UTC).isoformat()}")
             log(f"[demo] (hanging at iteration {it}: no more output)")
             time.sleep(3600)
         slowdown = 3.0 if todo == "slow" and it >= fail_at else 1.0
@@ -108,8 +109,13 @@ def main(argv: list[str] | None = None) -> int:
             log(f"saving checkpoint at iteration {it:8d} to {ckpt_dir}")
             log(f"  successfully saved checkpoint from iteration {it:8d} to {ckpt_dir}")
         if it == fail_at and todo in FAILURES:
+            log(f"[demo] failing now ({todo}) at {datetime.now(UTC).isoformat()}")
             FAILURES[todo](bad, bad_index, nodes, ranks_per_node, it)
             return 1
+        if it == fail_at and todo == "fatal-running":
+            log(f"[demo] failing now ({todo}) at {datetime.now(UTC).isoformat()}")
+            fail_while_running(bad_index, ranks_per_node)
+            time.sleep(3600)  # the other ranks wait in their collective; only jobmedic ends this attempt
     log(f"[demo] training finished at iteration {args.iterations}")
     return 0
 
@@ -141,6 +147,17 @@ def fail(bad: str, bad_index: int, nodes: list[str], ranks_per_node: int, it: in
         file=sys.stderr,
         flush=True,
     )
+
+
+def fail_while_running(bad_index: int, ranks_per_node: int) -> None:
+    """One rank hits a CUDA error and dies; the job's other ranks keep running (blocked), so Slurm sees RUNNING."""
+    rank = bad_index * ranks_per_node
+    err = sys.stderr
+    print(f"[rank{rank}]: Traceback (most recent call last):", file=err, flush=True)
+    print(f'[rank{rank}]:   File "pretrain_gpt.py", line 212, in train_step', file=err, flush=True)
+    print(f"[rank{rank}]: RuntimeError: CUDA error: an illegal memory access was encountered", file=err, flush=True)
+    print(f"[rank{rank}]: CUDA kernel errors might be asynchronously reported at some other API call, so the "
+          "stacktrace below might be incorrect.", file=err, flush=True)
 
 
 def fail_app(bad: str, bad_index: int, nodes: list[str], ranks_per_node: int, it: int) -> None:
