@@ -13,6 +13,9 @@ from collections import Counter
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[2]))
+from activities.detection.analyze import parse_layout  # noqa: E402
+from adapters.errors import ParseError  # noqa: E402
 CATEGORIES = {"nccl_timeout", "nccl_error", "cuda_error", "gpu_oom", "gpu_hardware", "interconnect", "hang",
               "node_failure", "time_limit", "preempted", "app_error", "data_io", "host_oom", "none"}
 DOMAINS = {"hardware", "network", "node", "system_software", "application", "resource", "scheduler", "unknown"}
@@ -54,6 +57,11 @@ def problems(folder: Path) -> list[str]:
         job = side.get("job") or {}
         if job and job.get("state") not in STATES:
             out.append(f"{where}: job state {job.get('state')!r}")
+        if side.get("layout"):
+            try:
+                parse_layout(side["layout"])
+            except ParseError as exc:
+                out.append(f"{where}: layout {side['layout']!r}: {exc}")
         names = {n.get("name") for n in side.get("cluster_nodes", [])} | set(job.get("nodes") or [])
         for host in side.get("hosts", []):
             if names and host not in names:
