@@ -4,12 +4,21 @@ A worker serving that queue runs next to `scontrol` (in-cluster mode) or
 anywhere with SSH access (SSH mode). Every action is idempotent: the Slurm
 adapter reads the current state first and does nothing when the effect is
 already there, so a retried or replayed activity never applies twice.
+
+Crash tests: `kill_after` names scheduler activities (`requeue_hold`,
+`exclude_nodes`, `release_job`, `cancel_job`, `drain_nodes`) after whose
+Slurm command the worker SIGKILLs itself, before the activity's result reaches
+Temporal: the command took effect and its confirmation is never recorded. The
+worker sets it from `JOBMEDIC_FAULT_KILL_AFTER` (comma separated; unset, the
+default, in every real deployment); see `workers/worker.py`.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta, timezone
-from collections.abc import Callable
 from typing import Protocol
 
 from loguru import logger
@@ -64,14 +73,17 @@ class SchedulerActivities:
         metrics: GpuHealthPort | None = None,
         delays: dict[str, float] | None = None,
         may_act: Callable[[JobInfo], bool] | None = None,
+        kill_after: Iterable[str] = (),
     ) -> None:
         """`may_act` answers, from the worker's current settings and the job's current opt-in,
-        whether jobmedic may act on the job now (a cluster switched to observe takes effect at once)."""
+        whether jobmedic may act on the job now (a cluster switched to observe takes effect at once).
+        `kill_after`: crash tests only (see the module docstring)."""
         self._slurm = slurm
         self._logs = logs
         self._metrics = metrics
         self._delays = delays or {}
         self._may_act = may_act
+        self._kill_after = frozenset(kill_after)
 
     @activity.defn(name=ActivityNames.READ_JOB)
     async def read_job(self, key: JobKey) -> JobInfo:
@@ -142,28 +154,35 @@ class SchedulerActivities:
         await injected_delay(self._delays, ActivityNames.REQUEUE_HOLD)
         with activity_errors():
             await self._still_allowed(inp.key, "requeue-hold")
-            return await self._slurm.requeue_hold(inp.key, expected_restarts=inp.expected_restarts)
+            return self._took_effect(
+                ActivityNames.REQUEUE_HOLD,
+                await self._slurm.requeue_hold(inp.key, expected_restarts=inp.expected_restarts),
+            )
 
     @activity.defn(name=ActivityNames.EXCLUDE_NODES)
     async def exclude_nodes(self, inp: JobActionInput) -> ActionResult:
         await injected_delay(self._delays, ActivityNames.EXCLUDE_NODES)
         with activity_errors():
             await self._still_allowed(inp.key, "exclude nodes")
-            return await self._slurm.set_excluded_nodes(inp.key, list(inp.nodes))
+            return self._took_effect(
+                ActivityNames.EXCLUDE_NODES, await self._slurm.set_excluded_nodes(inp.key, list(inp.nodes))
+            )
 
     @activity.defn(name=ActivityNames.RELEASE)
     async def release_job(self, inp: JobActionInput) -> ActionResult:
         """Release jobmedic's own hold: allowed whatever the settings say now (it undoes, never acts anew)."""
         await injected_delay(self._delays, ActivityNames.RELEASE)
         with activity_errors():
-            return await self._slurm.release(inp.key, start_now=inp.start_now)
+            return self._took_effect(
+                ActivityNames.RELEASE, await self._slurm.release(inp.key, start_now=inp.start_now)
+            )
 
     @activity.defn(name=ActivityNames.CANCEL)
     async def cancel_job(self, inp: JobActionInput) -> ActionResult:
         await injected_delay(self._delays, ActivityNames.CANCEL)
         with activity_errors():
             await self._still_allowed(inp.key, "cancel")
-            return await self._slurm.cancel(inp.key)
+            return self._took_effect(ActivityNames.CANCEL, await self._slurm.cancel(inp.key))
 
     @activity.defn(name=ActivityNames.DRAIN_NODES)
     async def drain_nodes(self, inp: JobActionInput) -> ActionResult:
@@ -178,9 +197,17 @@ class SchedulerActivities:
                 changed = changed or result.changed
             if result is None:
                 raise ValueError("drain_nodes needs at least one node")
-            return result.model_copy(update={"changed": changed})
+            return self._took_effect(ActivityNames.DRAIN_NODES, result.model_copy(update={"changed": changed}))
 
     # ------------------------------------------------------------------ helpers
+
+    def _took_effect(self, name: str, result: ActionResult) -> ActionResult:
+        """The command returned; a crash test may kill the worker here, before Temporal records the result."""
+        if name in self._kill_after:
+            logger.warning("fault injection: {} took effect ({}); worker SIGKILLs itself now", name, result.detail)
+            logger.complete()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
 
     async def _still_allowed(self, key: JobKey, what: str) -> None:
         """Refuse (benign, not retryable) when the worker's current settings or the job's opt-in forbid action.

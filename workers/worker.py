@@ -8,6 +8,7 @@ queue (`jobmedic-slurm-<cluster>`): evidence collection, actions and the watch.
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import dataclass
 
 from loguru import logger
@@ -57,6 +58,14 @@ def may_act_now(cluster: ClusterSettings):
         return opt is not None and not job.opt_in.invalid and cluster.may_act(opt.environment, opt.mode)
 
     return check
+
+
+def fault_kill_after() -> list[str]:
+    """Crash tests only: `JOBMEDIC_FAULT_KILL_AFTER=requeue_hold[,exclude_nodes,...]` makes the worker SIGKILL
+    itself right after that scheduler activity's Slurm command returned, before Temporal records its result
+    (`activities.scheduler`). Unset in every real deployment, so nothing is killed."""
+    raw = os.environ.get("JOBMEDIC_FAULT_KILL_AFTER", "")
+    return [name.strip() for name in raw.split(",") if name.strip()]
 
 
 def hang_bound_factory(cluster: ClusterSettings):
@@ -149,6 +158,7 @@ async def build_workers(settings: Settings, client: Client, *, clusters: list[Cl
             metrics=part.metrics,
             delays=settings.fault_delays,
             may_act=may_act_now(c),
+            kill_after=fault_kill_after(),
         )
         watch = WatchActivities(
             context=WatchContext(

@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
-import socket
-import subprocess
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -26,6 +22,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from tests.workflows.conftest import terminate_cluster_workflows
+from tests.workflows.fault_support import PrivateMariaDB
 from tests.workflows.harness import Scenario, WorkerProcess, scontrol_job, slurm_state, submit_training, wait_for
 from workers.devserver import start_dev_server
 from workflows.contracts import EventType
@@ -114,67 +111,6 @@ async def test_temporal_server_restart_mid_recovery(tmp_path: Path, scenario: Sc
         await terminate_cluster_workflows(address, scenario.cluster)
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
-
-
-class PrivateMariaDB:
-    """A MariaDB server of the test's own (own datadir and port), so stopping it disturbs nobody."""
-
-    def __init__(self) -> None:
-        # mariadbd runs as the mysql user, who cannot enter pytest's private tmp_path
-        self.root = Path(tempfile.mkdtemp(prefix="jobmedic-mariadb-"))
-        shutil.chown(self.root, "mysql", "mysql")
-        self.datadir = self.root / "data"
-        self.port = _free_port()
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"mysql+pymysql://root@127.0.0.1:{self.port}/jobmedic"
-
-    def install(self) -> None:
-        installer = shutil.which("mariadb-install-db") or shutil.which("mysql_install_db")
-        assert installer, "mariadb-install-db is missing (deploy/up.sh mysql installs mariadb-server)"
-        subprocess.run(
-            [installer, f"--datadir={self.datadir}", "--user=mysql", "--skip-test-db"],
-            check=True, capture_output=True, timeout=120,
-        )
-
-    def start(self) -> None:
-        log = open(self.root / "mariadb.log", "ab")
-        self.proc = subprocess.Popen(
-            ["mariadbd", f"--datadir={self.datadir}", f"--port={self.port}", "--bind-address=127.0.0.1",
-             f"--socket={self.datadir}/mysqld.sock", f"--pid-file={self.datadir}/mysqld.pid", "--user=mysql",
-             "--skip-grant-tables", "--skip-log-bin"],
-            stdout=subprocess.DEVNULL, stderr=log,
-        )
-        log.close()
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    break
-            except OSError:
-                time.sleep(0.2)
-        import pymysql
-
-        for _ in range(50):
-            try:
-                pymysql.connect(host="127.0.0.1", port=self.port, user="root").cursor().execute(
-                    "CREATE DATABASE IF NOT EXISTS jobmedic"
-                )
-                return
-            except pymysql.err.OperationalError:
-                time.sleep(0.2)
-        raise AssertionError("private MariaDB did not come up")
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=60)
-
-    def remove(self) -> None:
-        self.stop()
-        shutil.rmtree(self.root, ignore_errors=True)
 
 
 @pytest.mark.mysql
@@ -312,12 +248,19 @@ async def test_audit_store_down_longer_than_every_deadline_does_not_hold_up_a_re
         assert bad in job["ExcNodeList"] and bad not in job["NodeList"], job
         found = await _recovery_status(scenario, job_id)
         assert found is not None and found[0] == "RUNNING" and found[1].audit_backlog > 0, found
+        # `jobmedic audit` says the store is down, and how far behind it is
+        told = scenario.cli("audit", "--cluster", scenario.cluster, "--job", job_id, check=False)
+        assert told.returncode == 1, told
+        assert f"BEHIND: {found[1].audit_backlog} audit entries of 1 running recovery" in told.stderr, told.stderr
+        assert f"{job_id} ({found[1].audit_backlog})" in told.stderr, told.stderr
         await asyncio.sleep(max(0.0, 45.0 - (time.monotonic() - down_at)))  # down longer than each deadline
         db.start()
         await wait_for(lambda: slurm_state(job_id) == ("COMPLETED", 1), timeout=180, what="completed after one restart")
         await wait_for(lambda: EventType.COMPLETED in scenario.kinds(job_id), timeout=90, what="completed entry")
         _assert_each_step_once(scenario, job_id)
         assert EventType.WATCHDOG not in scenario.kinds(job_id)
+        caught_up = scenario.cli("audit", "--cluster", scenario.cluster, "--job", job_id)
+        assert "BEHIND" not in caught_up.stdout + caught_up.stderr and "completed" in caught_up.stdout, caught_up
     finally:
         worker.stop()
         db.remove()

@@ -1,8 +1,17 @@
-"""`jobmedic audit`: the audit trail, filtered, as a table, JSON or CSV."""
+"""`jobmedic audit`: the audit trail, filtered, as a table, JSON or CSV.
+
+The store can be behind: recovery never waits for it, so while it is down (or
+refusing entries) the entries wait, in order, in each recovery workflow
+(`JobStatus.audit_backlog`) and are written once it accepts them. `jobmedic
+audit` asks the running recovery workflows of the filter (cluster, job) how
+many entries they still hold and says so after the entries (on stderr for
+JSON and CSV, so the document stays clean); `--no-backlog` skips the check.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import csv
 import io
 import json
@@ -10,13 +19,20 @@ import re
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass, field
 from typing import Any
 
+from loguru import logger
+
 from adapters.audit import DEFAULT_LIMIT, AuditRecord, build_audit_store
+from adapters.errors import AuditStoreError, JobmedicError
 from workers.settings import Settings
 from workflows.contracts import AuditEntry, EventType
 
 TABLE_WIDTH = 100
+BACKLOG_WORKFLOWS = 500  # running recoveries asked at most (the rest are counted as not asked)
+BACKLOG_QUERY_S = 5.0  # per status query; a recovery whose worker is down does not answer
+BACKLOG_TOTAL_S = 20.0
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _RELATIVE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
 
@@ -77,26 +93,131 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--limit", type=_positive_int, default=DEFAULT_LIMIT, metavar="N",
         help=f"at most the newest N entries (default: {DEFAULT_LIMIT})",
     )
+    parser.add_argument(
+        "--no-backlog", action="store_true",
+        help="do not ask the running recoveries (Temporal) for entries not yet in the store",
+    )
     parser.set_defaults(handler=run_audit)
 
 
 def run_audit(args: argparse.Namespace, settings: Settings) -> int:
     store = build_audit_store(settings)
+    store_error: AuditStoreError | None = None
+    records: list[AuditRecord] = []
     try:
         records = store.query_records(
             cluster=args.cluster, job_id=args.job, since=args.since,
             event_types=args.types, limit=args.limit, latest=True,
         )
+    except AuditStoreError as exc:
+        store_error = exc  # the entries the workflows still hold are worth telling even then
     finally:
         store.close()
-    if args.format == "json":
-        print(format_json(records))
-    elif args.format == "csv":
-        sys.stdout.write(format_csv(records))
-    else:
-        print(format_table(records))
+    if store_error is None:
+        if args.format == "json":
+            print(format_json(records))
+        elif args.format == "csv":
+            sys.stdout.write(format_csv(records))
+        else:
+            print(format_table(records))
+    if not args.no_backlog:
+        backlog = asyncio.run(read_backlog(settings, cluster=args.cluster, job_id=args.job))
+        behind = format_behind(backlog)
+        if behind:
+            print(behind, file=sys.stdout if args.format == "table" and store_error is None else sys.stderr)
+        doubt = format_doubt(backlog)
+        if doubt:
+            print(doubt, file=sys.stderr)
+    if store_error is not None:
+        print(f"jobmedic: {store_error}", file=sys.stderr)
+        return 1
     return 0
 
+
+# --------------------------------------------------------------------------- backlog
+
+
+@dataclass
+class Backlog:
+    """Audit entries the running recovery workflows hold that the store does not have yet."""
+
+    entries: int = 0
+    jobs: list[tuple[str, str, int]] = field(default_factory=list)  # (cluster, job id, entries), most first
+    asked: int = 0  # running recoveries asked
+    unanswered: int = 0  # recoveries that did not answer (no worker up) or were not asked (too many)
+    error: str | None = None  # Temporal could not be asked at all
+
+
+async def read_backlog(settings: Settings, *, cluster: str | None, job_id: str | None) -> Backlog:
+    """Ask every running recovery workflow of the filter for its `audit_backlog`."""
+    from workers.temporal_client import connect
+
+    try:
+        client = await connect(settings)
+        return await asyncio.wait_for(_ask(client, cluster=cluster, job_id=job_id), BACKLOG_TOTAL_S)
+    except (JobmedicError, RuntimeError, OSError) as exc:
+        return Backlog(error=str(exc))
+    except TimeoutError:
+        return Backlog(error=f"the running recoveries did not all answer within {BACKLOG_TOTAL_S:g} s")
+
+
+async def _ask(client, *, cluster: str | None, job_id: str | None) -> Backlog:
+    from temporalio.service import RPCError
+
+    from workflows.messages import JobStatus, QueryNames, recovery_query
+
+    ids: list[str] = []
+    more = 0
+    async for wf in client.list_workflows(recovery_query(cluster=cluster, job_id=job_id)):
+        if len(ids) < BACKLOG_WORKFLOWS:
+            ids.append(wf.id)
+        else:
+            more += 1
+    gate = asyncio.Semaphore(20)
+
+    async def status(wid: str) -> JobStatus | None:
+        async with gate:
+            try:
+                return await client.get_workflow_handle(wid).query(
+                    QueryNames.STATUS, result_type=JobStatus, rpc_timeout=timedelta(seconds=BACKLOG_QUERY_S)
+                )
+            except (RPCError, RuntimeError) as exc:  # no worker to answer, or the workflow just ended
+                logger.debug("recovery {} did not answer the status query: {}", wid, exc)
+                return None
+
+    answers = await asyncio.gather(*(status(w) for w in ids))
+    found = [a for a in answers if a is not None]
+    behind = sorted(((a.cluster, a.job_id, a.audit_backlog) for a in found if a.audit_backlog), key=lambda j: -j[2])
+    return Backlog(
+        entries=sum(n for _, _, n in behind), jobs=behind, asked=len(ids), unanswered=len(ids) - len(found) + more
+    )
+
+
+def format_behind(backlog: Backlog, *, shown: int = 10) -> str | None:
+    """The line that says the store is behind, and by what; None when it is not (as far as Temporal knows)."""
+    if not backlog.entries:
+        return None
+    jobs = ", ".join(f"{job} ({n})" for _, job, n in backlog.jobs[:shown])
+    if len(backlog.jobs) > shown:
+        jobs += f", … {len(backlog.jobs) - shown} more"
+    return (
+        f"BEHIND: {backlog.entries} audit entr{'y' if backlog.entries == 1 else 'ies'} of "
+        f"{len(backlog.jobs)} running recover{'y' if len(backlog.jobs) == 1 else 'ies'} not in the store yet "
+        f"(it is down or refusing them; they are kept in the workflows and written in order once it accepts "
+        f"them): {jobs}"
+    )
+
+
+def format_doubt(backlog: Backlog) -> str | None:
+    """Why the answer may be incomplete (Temporal not reachable, recoveries that did not answer); None if complete."""
+    if backlog.error:
+        return f"jobmedic: could not ask Temporal for audit entries not yet in the store: {backlog.error}"
+    if backlog.unanswered:
+        return (
+            f"jobmedic: {backlog.unanswered} running recover{'y' if backlog.unanswered == 1 else 'ies'} did not "
+            "answer (is a jobmedic worker up?); they may hold audit entries not yet in the store"
+        )
+    return None
 
 # --------------------------------------------------------------------------- output
 
