@@ -82,6 +82,9 @@ _DATA_MODULES = ("requests.", "urllib3.", "huggingface_hub.", "botocore.", "boto
                  "datasets.", "google.api_core.", "google.cloud.storage", "azure.core.", "tarfile.", "zipfile.", "_pickle.")
 
 
+# OSErrors that are not storage: a library that will not load, a device, a socket
+_NOT_STORAGE = re.compile(r"(?i)\.so\b|shared object|libcuda|libnccl|cannot open shared|address already in use|"
+                          r"connection|network|socket|[Ee]rrno (98|99|101|104|110|111|113)\b|device")
 _DIST_WORDS = re.compile(r"(?i)store|c10d|rendezvous|nccl|gloo|socket|rank|worker|peer")
 
 
@@ -90,6 +93,10 @@ def exception_family(qualified: str, message: str = "") -> tuple[Category, Fault
     if not qualified:
         return None
     short = qualified.rsplit(".", 1)[-1]
+    if short in ("OSError", "IOError") and message and not _NOT_STORAGE.search(message):
+        if "Cannot allocate memory" in message:
+            return Category.HOST_OOM, FaultDomain.RESOURCE
+        return Category.DATA_IO, FaultDomain.SYSTEM_SOFTWARE  # an I/O call failed: disk, file system, short write
     if short == "ConnectionError" and message and not _DIST_WORDS.search(message):
         return Category.DATA_IO, FaultDomain.SYSTEM_SOFTWARE  # a download or a remote store, not the job's peers
     if short == "OutOfMemoryError" and qualified.startswith("ray."):
