@@ -20,14 +20,22 @@ NOW (the end of jobs still followed) is T0 + 400 s.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-from collections.abc import Callable
+import json
+import os
+import subprocess
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.ports import free_port
 from workflows.contracts import AuditEntry, EventType
+
+REPO = Path(__file__).resolve().parents[2]
 
 T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 NOW = T0 + timedelta(seconds=400)
@@ -116,3 +124,27 @@ def scenario(make: Make) -> list[AuditEntry]:
         make("other", "500", E.CHECKPOINT_SAVED, 200, detail={"iteration": 2}),
     ]
     return [*lab100, *lab200, *lab300, *invalid, *other400, *other500]
+
+
+# --------------------------------------------------------------------------- a Prometheus of one test
+
+
+@pytest.fixture
+def private_prometheus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Environment for a Prometheus of this test only (its own directory and port); stopped afterwards."""
+    directory = tmp_path / "prometheus"
+    monkeypatch.setenv("JOBMEDIC_PROMETHEUS_DIR", str(directory))
+    monkeypatch.setenv("JOBMEDIC_PROMETHEUS_PORT", str(free_port()))
+    yield directory
+    subprocess.run([str(REPO / "deploy/prometheus/down.sh")], env=dict(os.environ), capture_output=True, timeout=60, check=False)
+
+
+async def start_prometheus(directory: Path, port: int) -> str:
+    """Start the private Prometheus (deploy/prometheus/up.sh) scraping 127.0.0.1:`port` every second; its URL."""
+    up = await asyncio.to_thread(
+        subprocess.run,
+        [str(REPO / "deploy/prometheus/up.sh"), f"127.0.0.1:{port}"],
+        env=dict(os.environ), capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert up.returncode == 0, up.stdout + up.stderr
+    return json.loads((directory / "prometheus.json").read_text())["url"]

@@ -4,11 +4,8 @@ parser, by `promtool check metrics`, and scraped by a private Debian Prometheus.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -17,17 +14,16 @@ from typing import Any
 
 import httpx
 import pytest
-
-from tests.ports import free_port as _free_port
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import HistogramMetricFamily
 
 from adapters.audit import AuditStore, AuditStoreUnavailable
-from workers.metrics_server import Family, MetricsServer, escape_label, recent_jobs, render_families
+from workers.metrics_server import MetricsServer, audit_families, observe_all, recent_jobs, start_metrics_server
 from workers.report import build_report
 from workflows.contracts import AuditEntry, EventType
 
-from .conftest import NOW, Make, at
+from .conftest import NOW, Make, at, start_prometheus
 
-REPO = Path(__file__).resolve().parents[2]
 WEIRD_RULE = 'odd "rule" \\ with\nnewline'
 LONG_AGO = 10 * 365 * 86400.0  # per-job series for every job of the fixed 2026 trail, whatever today is
 
@@ -206,26 +202,75 @@ async def test_other_paths_and_methods(server: MetricsServer) -> None:
         assert int(head.headers["content-length"]) > 1000
 
 
-@pytest.mark.parametrize(
-    ("raw", "escaped"),
-    [("plain", "plain"), ('a"b', 'a\\"b'), ("a\\b", "a\\\\b"), ("a\nb", "a\\nb"), ('\\"\n', '\\\\\\"\\n')],
-)
-def test_escape_label(raw: str, escaped: str) -> None:
-    assert escape_label(raw) == escaped
+class _Families:
+    def __init__(self, *families: object) -> None:
+        self.families = families
+
+    def collect(self):
+        return iter(self.families)
 
 
-def test_histogram_rendering() -> None:
-    family = Family("jobmedic_x_seconds", "histogram", "help with \\ and\nnewline")
-    family.observe_all([0.5, 3.0, 3.0, -1.0], buckets=(1, 5), cluster="c")
-    assert render_families([family]).splitlines() == [
+def rendered(*families: object) -> list[str]:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(*families))
+    return generate_latest(registry).decode().splitlines()
+
+
+def test_histogram_series_from_values() -> None:
+    family = HistogramMetricFamily("jobmedic_x_seconds", "help with \\ and\nnewline", labels=["cluster"])
+    observe_all(family, ["c"], [0.5, 3.0, 3.0, -1.0], buckets=(1, 5))
+    assert rendered(family) == [
         "# HELP jobmedic_x_seconds help with \\\\ and\\nnewline",
         "# TYPE jobmedic_x_seconds histogram",
-        'jobmedic_x_seconds_bucket{cluster="c",le="1.0"} 2',
-        'jobmedic_x_seconds_bucket{cluster="c",le="5.0"} 4',
-        'jobmedic_x_seconds_bucket{cluster="c",le="+Inf"} 4',
+        'jobmedic_x_seconds_bucket{cluster="c",le="1.0"} 2.0',
+        'jobmedic_x_seconds_bucket{cluster="c",le="5.0"} 4.0',
+        'jobmedic_x_seconds_bucket{cluster="c",le="+Inf"} 4.0',
+        'jobmedic_x_seconds_count{cluster="c"} 4.0',
         'jobmedic_x_seconds_sum{cluster="c"} 5.5',
-        'jobmedic_x_seconds_count{cluster="c"} 4',
     ]
+
+
+def test_audit_counts(scenario: list[AuditEntry], make: Make) -> None:
+    extra = [
+        make("lab", "800", EventType.ADVICE, 5, action="restart_exclude", category="gpu_hardware"),
+        make("lab", "800", EventType.ACTION_CONFIRMED, 6, action="release", detail={"changed": False}),
+    ]
+    text = "\n".join(rendered(*audit_families([*scenario, *extra]))) + "\n"
+    _, samples = parse_exposition(text)
+    assert value(samples, "jobmedic_detections_total", cluster="lab", incident="failed") == 3
+    assert value(samples, "jobmedic_detections_total", cluster="lab", incident="hang") == 1
+    assert value(samples, "jobmedic_detections_total", cluster="other", incident="straggler") == 1
+    advice = "jobmedic_advice_total"
+    assert value(samples, advice, cluster="lab", category="gpu_hardware", action="restart_exclude", mode="action") == 1
+    assert value(samples, advice, cluster="lab", category="unattributed", action="stop", mode="action") == 1
+    assert value(samples, advice, cluster="other", category="unattributed", action="stop", mode="observe") == 1
+    assert value(samples, "jobmedic_actions_requested_total", cluster="lab", action="release") == 1
+    assert value(samples, "jobmedic_actions_total", cluster="lab", action="requeue_hold", outcome="changed") == 2
+    assert value(samples, "jobmedic_actions_total", cluster="lab", action="release", outcome="changed") == 2
+    assert value(samples, "jobmedic_actions_total", cluster="lab", action="release", outcome="already_in_effect") == 1
+    assert value(samples, "jobmedic_actions_total", cluster="lab", action="cancel", outcome="changed") == 1
+    assert value(samples, "jobmedic_watchdog_firings_total", cluster="lab", released="true") == 1
+
+
+async def test_openmetrics_when_the_scraper_asks_for_it(server: MetricsServer) -> None:
+    async with httpx.AsyncClient(timeout=10) as client:
+        response = await client.get(server.url, headers={"Accept": "application/openmetrics-text;version=1.0.0"})
+    assert response.headers["content-type"].startswith("application/openmetrics-text; version=1.0.0")
+    assert response.text.endswith("# EOF\n")
+    assert 'jobmedic_incidents_total{cluster="lab"} 4.0' in response.text.splitlines()
+
+
+async def test_the_endpoint_binds_loopback_unless_told(store: AuditStore) -> None:
+    served = await start_metrics_server(store, port=0)
+    try:
+        assert served._server is not None
+        assert {sock.getsockname()[0] for sock in served._server.sockets} == {"127.0.0.1"}
+    finally:
+        await served.stop()
+    async with MetricsServer(store, port=0, host="0.0.0.0") as everywhere:
+        assert everywhere._server is not None
+        assert {sock.getsockname()[0] for sock in everywhere._server.sockets} == {"0.0.0.0"}
+        assert (await scrape(f"http://127.0.0.1:{everywhere.port}/metrics")).status_code == 200
 
 
 def test_per_job_series_are_bounded(scenario: list[AuditEntry], make: Make) -> None:
@@ -243,26 +288,8 @@ def test_per_job_series_are_bounded(scenario: list[AuditEntry], make: Make) -> N
 # --------------------------------------------------------------------------- a real Prometheus scrapes it
 
 
-
-
-@pytest.fixture
-def private_prometheus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Environment for a Prometheus of this test only (its own directory and port); stopped afterwards."""
-    directory = tmp_path / "prometheus"
-    monkeypatch.setenv("JOBMEDIC_PROMETHEUS_DIR", str(directory))
-    monkeypatch.setenv("JOBMEDIC_PROMETHEUS_PORT", str(_free_port()))
-    yield directory
-    subprocess.run([str(REPO / "deploy/prometheus/down.sh")], env=dict(os.environ), capture_output=True, timeout=60, check=False)
-
-
 async def test_prometheus_scrapes_the_endpoint(server: MetricsServer, private_prometheus: Path) -> None:
-    up = await asyncio.to_thread(
-        subprocess.run,
-        [str(REPO / "deploy/prometheus/up.sh"), f"127.0.0.1:{server.port}"],
-        env=dict(os.environ), capture_output=True, text=True, timeout=300, check=False,
-    )
-    assert up.returncode == 0, up.stdout + up.stderr
-    url = json.loads((private_prometheus / "prometheus.json").read_text())["url"]
+    url = await start_prometheus(private_prometheus, server.port)
     query = 'jobmedic_incidents_total{cluster="lab"}'
     deadline = time.monotonic() + 60
     async with httpx.AsyncClient(timeout=10) as client:

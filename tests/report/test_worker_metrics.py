@@ -67,8 +67,8 @@ async def test_worker_serves_metrics(worker_config: tuple[Path, int, str], tempo
                     await asyncio.sleep(0.5)
         assert response.status_code == 200
         lines = response.text.splitlines()
-        assert 'jobmedic_incidents_total{cluster="lab"} 4' in lines
-        assert 'jobmedic_retries_stopped_total{cluster="other",rule="retry_budget"} 1' in lines
+        assert 'jobmedic_incidents_total{cluster="lab"} 4.0' in lines
+        assert 'jobmedic_retries_stopped_total{cluster="other",rule="retry_budget"} 1.0' in lines
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
