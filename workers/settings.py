@@ -158,13 +158,30 @@ class _StrictPolicy(PolicyConfig):
     model_config = ConfigDict(extra="forbid")
 
 
+def _policy_bound(name: str, annotation: Any) -> Any:
+    """The bound of one policy knob: the table above, else by kind (a knob added later is bounded too)."""
+    if name in _POLICY_BOUNDS:
+        return _POLICY_BOUNDS[name]
+    if annotation is float and name.endswith(("_fraction", "_share")):
+        return Field(ge=0, le=1, allow_inf_nan=False)
+    if annotation is float and name.endswith("_s"):
+        return Field(ge=0, allow_inf_nan=False)
+    if annotation is int:
+        return Field(ge=0)
+    return None
+
+
+if set(_POLICY_BOUNDS) - set(PolicyConfig.model_fields):
+    raise RuntimeError(f"_POLICY_BOUNDS names knobs PolicyConfig lacks: {set(_POLICY_BOUNDS) - set(PolicyConfig.model_fields)}")
+
 PolicySettings = create_model(
     "PolicySettings",
     __base__=_StrictPolicy,
     __doc__="`PolicyConfig` as a settings section: unknown keys refused, every knob bounded.",
     **{
-        name: (Annotated[PolicyConfig.model_fields[name].annotation, bound], PolicyConfig.model_fields[name].default)
-        for name, bound in _POLICY_BOUNDS.items()
+        name: (Annotated[field.annotation, bound], field.default)
+        for name, field in PolicyConfig.model_fields.items()
+        if (bound := _policy_bound(name, field.annotation)) is not None and field.default_factory is None
     },
 )
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Annotated
 
 import pytest
+from pydantic import TypeAdapter, ValidationError
 
 from adapters.errors import ConfigError
-from workers.settings import Settings, dotted_key, load_settings
+from workers.settings import PolicySettings, Settings, _policy_bound, dotted_key, load_settings
+from workflows.contracts import PolicyConfig
 
 SSH = {"clusters.scheduler.access": "ssh", "clusters.scheduler.ssh.known_hosts": "/etc/ssh/ssh_known_hosts"}
 
@@ -181,3 +184,26 @@ def test_every_error_of_a_file_is_one_line(tmp_path: Path) -> None:
 )
 def test_dotted_key(loc: tuple, key: str) -> None:
     assert dotted_key(loc) == key
+
+
+@pytest.mark.parametrize(
+    ("name", "annotation", "refused", "accepted"),
+    [("new_fraction", float, [1.5, -0.1, float("nan")], [0.0, 0.5, 1.0]),
+     ("new_share", float, [2.0], [0.8]),
+     ("new_window_s", float, [-1.0, float("inf")], [0.0, 60.0]),
+     ("new_count", int, [-1], [0, 7])],
+)
+def test_a_policy_knob_added_later_is_bounded_by_its_kind(name: str, annotation: type, refused: list, accepted: list) -> None:
+    adapter = TypeAdapter(Annotated[annotation, _policy_bound(name, annotation)])
+    for value in refused:
+        with pytest.raises(ValidationError):
+            adapter.validate_python(value)
+    for value in accepted:
+        assert adapter.validate_python(value) == value
+
+
+def test_every_policy_knob_of_a_number_is_bounded() -> None:
+    for name, field in PolicyConfig.model_fields.items():
+        if field.annotation in (int, float):
+            assert PolicySettings.model_fields[name].metadata, f"policy.{name} has no bound"
+            assert PolicySettings.model_fields[name].default == field.default
