@@ -29,15 +29,19 @@ from activities.errors import activity_errors
 from activities.faults import injected_delay
 from adapters.errors import JobmedicError, LogSourceError, MetricsError
 from workflows.contracts import ActionResult, EvidenceLine, JobEvidence, JobInfo, JobKey, LogCursor, NodeInfo
+from adapters.slurm.parse import array_of, array_task_count, is_array_remainder
 from workflows.messages import (
     ACTION_NOT_ALLOWED,
     ActivityNames,
+    ArrayTaskState,
+    ArrayView,
     CollectEvidenceInput,
     CollectEvidenceOutput,
     JobActionInput,
 )
 
 LOG_WINDOW_BYTES = 2 * 1024 * 1024
+MAX_ARRAY_TASKS = 2000  # sibling tasks carried in one evidence (bounds the activity's result)
 
 
 class SlurmPort(Protocol):
@@ -50,6 +54,7 @@ class SlurmPort(Protocol):
     async def release(self, key: JobKey, *, start_now: bool = True) -> ActionResult: ...
     async def cancel(self, key: JobKey) -> ActionResult: ...
     async def drain_node(self, node: str, reason: str) -> ActionResult: ...
+    async def array_tasks(self, job_id: str) -> list[JobInfo]: ...
     def owner_of(self, job: JobInfo) -> str | None: ...
     def holds(self, job: JobInfo) -> bool: ...
 
@@ -140,6 +145,7 @@ class SchedulerActivities:
                 collected_at=datetime.now(timezone.utc),
             )
             return CollectEvidenceOutput(
+                array=await self._array_view(job),
                 evidence=evidence,
                 hold=hold,
                 hold_error=hold_error,
@@ -227,6 +233,27 @@ class SchedulerActivities:
                 non_retryable=True,
                 category=ApplicationErrorCategory.BENIGN,
             )
+
+    async def _array_view(self, job: JobInfo) -> ArrayView | None:
+        """The job array `job` is a task of, as Slurm shows it now; None for a job that is no array task."""
+        array = array_of(job.job_id)
+        if array is None:
+            return None
+        records = await self._slurm.array_tasks(job.job_id)
+        tasks = [r for r in records if not is_array_remainder(r.job_id)]
+        # the tasks not started yet are one record, "282_[2-5]"
+        waiting = sum(array_task_count(r.job_id.split("_[", 1)[1][:-1]) for r in records if is_array_remainder(r.job_id))
+        return ArrayView(
+            array_job_id=array,
+            tasks=[
+                ArrayTaskState(
+                    job_id=t.job_id, state=t.state.value, exit_code=t.exit_code, exit_signal=t.exit_signal,
+                    restarts=t.restarts,
+                )
+                for t in tasks[:MAX_ARRAY_TASKS]
+            ],
+            total=len(tasks) + waiting,
+        )
 
     async def _checked_job(self, key: JobKey) -> JobInfo:
         job = await self._slurm.job_for_key(key)  # refuses a recycled job id

@@ -25,7 +25,9 @@ Versions (`workflow.patched`): histories without `decide-before-act` held a
 failed job before the decision and cancelled it on a stop; histories without
 `release-own-hold-on-halt` kept jobmedic's hold when recovery was stopped or
 paused while idle; histories without `audit-in-background` waited for each
-audit write.
+audit write; `array-guard` (only ever asked for a task of a job array) stops
+the recovery of an array whose tasks fail the same way
+(`workflows.array_guard`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
         Mode,
         Verdict,
     )
+    from workflows.array_guard import array_guard
     from workflows.history import JobHistory
     from workflows.messages import (
         ACTION_NOT_ALLOWED,
@@ -86,6 +89,7 @@ AUDIT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interva
 DECIDE_BEFORE_ACT = "decide-before-act"
 RELEASE_OWN_HOLD_ON_HALT = "release-own-hold-on-halt"
 AUDIT_IN_BACKGROUND = "audit-in-background"
+ARRAY_GUARD = "array-guard"
 AUDIT_BATCH = 50
 TIMELINE_LIMIT = 200
 MAX_SA_TEXT = 256  # search attribute values: the server refuses more than 2 KB
@@ -421,6 +425,8 @@ class JobRecoveryWorkflow:
             verdict = attributed.verdict
             self._set_phase(Phase.DECIDING)
             advice = self._decide(verdict, failed.model_copy(update={"requeue_allowed": current.requeue_allowed}), attributed, incident)
+            if collected.array is not None and workflow.patched(ARRAY_GUARD):
+                advice = array_guard(advice, verdict, failed, collected.array, attributed.recent_failures)
         except _Watchdog as dog:
             await self._watchdog(job, dog, held_by_us)
             return False
@@ -697,7 +703,8 @@ class JobRecoveryWorkflow:
             try:
                 released = await workflow.execute_activity(
                     ActivityNames.RELEASE,
-                    JobActionInput(key=self._inp.key),
+                    # Slurm's post-requeue wait applies: the failed nodes may not be excluded (see _may_start_now)
+                    JobActionInput(key=self._inp.key, start_now=False),
                     result_type=ActionResult,
                     task_queue=self._inp.scheduler_queue,
                     start_to_close_timeout=timedelta(seconds=self._inp.watchdog.activity_timeout_s),

@@ -219,6 +219,24 @@ class CollectEvidenceInput(Contract):
     node_failure_counts: dict[str, int] = Field(default_factory=dict)
 
 
+class ArrayTaskState(Contract):
+    """One task of a job array as Slurm shows it now (the array guard's view, workflows/array_guard.py)."""
+
+    job_id: str  # ARRAYJOBID_TASKID
+    state: str = ""
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    restarts: int = 0
+
+
+class ArrayView(Contract):
+    """The job array a task belongs to, read with the task's evidence (one squeue)."""
+
+    array_job_id: str
+    tasks: list[ArrayTaskState] = Field(default_factory=list)  # the tasks Slurm has a record of, at most MAX_TASKS
+    total: int = 0  # tasks of the array Slurm still knows: started ones and the ones waiting to start
+
+
 class CollectEvidenceOutput(Contract):
     evidence: JobEvidence  # evidence.job is the job as it failed (nodes and layout intact)
     hold: ActionResult | None = None
@@ -227,6 +245,7 @@ class CollectEvidenceOutput(Contract):
     job_now: JobInfo | None = None  # the job as the scheduler shows it after any hold
     may_act: bool | None = None  # None: the worker has no opinion (older worker)
     not_acting_reason: str | None = None  # why `may_act` is False (settings, opt-in, another deployment's job)
+    array: ArrayView | None = None  # the job is a task of a job array: its siblings as Slurm shows them
 
 
 class AttributeInput(Contract):

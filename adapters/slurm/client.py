@@ -31,7 +31,7 @@ from loguru import logger
 from adapters.errors import ActionRefused, JobNotFound, SchedulerError, SchedulerUnreachable
 from adapters.slurm.ctld_config import min_job_age_s, parse_show_config
 from adapters.slurm.ownership import Mark, read_mark, valid_deployment, with_mark
-from adapters.slurm.parse import parse_sinfo_json, parse_squeue_json
+from adapters.slurm.parse import array_of, is_array_remainder, parse_sinfo_json, parse_squeue_json
 from adapters.slurm.runner import CommandResult, CommandRunner
 from workflows.contracts import ActionKind, ActionResult, JobInfo, JobKey, JobState, NodeInfo
 
@@ -138,13 +138,29 @@ class SlurmClient:
         """Every job the controller holds, in one `squeue --json` call.
 
         With `opted_in_only`, jobs that did not opt in are dropped; jobs whose
-        opt-in is invalid are kept (`opt_in.invalid_reason` says why).
+        opt-in is invalid are kept (`opt_in.invalid_reason` says why). A task
+        of a job array is a job of its own, `ARRAYJOBID_TASKID`
+        (`parse.job_identity`); with `opted_in_only` the one record of an
+        array's tasks that have not started yet (`282_[2-5]`) is dropped too:
+        it is no task to recover, and each task is listed on its own from the
+        moment Slurm starts it.
         """
         result = await self._run(["squeue", "--json"], what="squeue --json")
         jobs = parse_squeue_json(result.stdout, cluster=self.cluster, opt_in_max_bytes=self.opt_in_max_bytes)
         if opted_in_only:
-            jobs = [job for job in jobs if job.opt_in.opted_in or job.opt_in.invalid]
+            jobs = [
+                job for job in jobs
+                if (job.opt_in.opted_in or job.opt_in.invalid) and not is_array_remainder(job.job_id)
+            ]
         return jobs
+
+    async def array_tasks(self, job_id: str) -> list[JobInfo]:
+        """Every record of the job array `job_id` is a task of (the remainder of tasks not started included),
+        in one `squeue --json`; empty for a job that is no array task."""
+        array = array_of(_check_job_id(job_id))
+        if array is None:
+            return []
+        return [job for job in await self.list_jobs(opted_in_only=False) if array_of(job.job_id) == array]
 
     async def get_job(self, job_id: str) -> JobInfo:
         """One job by id, whether or not it opted in.

@@ -127,7 +127,7 @@ def job_from_json(raw: Any, *, cluster: str = "", opt_in_max_bytes: int = 4096) 
 
     return JobInfo(
         cluster=cluster,
-        job_id=str(job_id),
+        job_id=job_identity(job_id, array_job, array_task, _text(raw.get("array_task_string"))),
         name=name,
         user=user,
         state=state,
@@ -160,6 +160,55 @@ def job_from_json(raw: Any, *, cluster: str = "", opt_in_max_bytes: int = 4096) 
         requeue_allowed=raw.get("requeue") if isinstance(raw.get("requeue"), bool) else None,
         opt_in=parse_opt_in(comment, max_bytes=opt_in_max_bytes),
     )
+
+
+def job_identity(job_id: int, array_job_id: int, array_task_id: int | None, task_string: str = "") -> str:
+    """The id jobmedic knows a job by: Slurm's job id, or `ARRAYJOBID_TASKID` for a task of a job array.
+
+    Each task of an array is a job of its own in slurmctld (its own record,
+    restart count, excluded nodes, AdminComment, here printed with its own
+    `job_id` and the array's `array_job_id`/`array_task_id`); `scontrol
+    requeuehold|hold|release|update JobId=`, `scancel` and `squeue` take
+    `282_1` and act on that one task (verified on 22.05). The tasks not
+    started yet are one record for all of them (the array's own id, no task
+    id, `array_task_string` "2-5"): `282_[2-5]`, as squeue prints it; it is
+    no task to recover (see `is_array_remainder`).
+    """
+    if not array_job_id:
+        return str(job_id)
+    if array_task_id is None or array_task_id in (NO_VAL, INFINITE):
+        return f"{array_job_id}_[{task_string}]"
+    return f"{array_job_id}_{array_task_id}"
+
+
+def is_array_remainder(job_id: str) -> bool:
+    """Whether `job_id` (see `job_identity`) is the one record of an array's tasks that have not started yet."""
+    return job_id.endswith("]") and "_[" in job_id
+
+
+def array_of(job_id: str) -> str | None:
+    """The array job id of a task or remainder id (`282_1`, `282_[2-5]`); None for a job that is no array task."""
+    head, sep, _ = job_id.partition("_")
+    return head if sep else None
+
+
+def array_task_count(task_string: str) -> int:
+    """How many tasks an `array_task_string` ("2-5", "1,3,7-9", "0-9:2", "0-99%4") names; 0 when unreadable."""
+    spec = task_string.split("%", 1)[0]
+    count = 0
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        rng, _, step = part.partition(":")
+        lo, _, hi = rng.partition("-")
+        try:
+            first, last, stride = int(lo), int(hi or lo), int(step or 1)
+        except ValueError:
+            return 0
+        if last >= first and stride > 0:
+            count += (last - first) // stride + 1
+    return count
 
 
 def parse_state(value: Any) -> JobState:
@@ -426,7 +475,7 @@ def _excerpt(value: Any) -> str:
 
 
 __all__ = [
-    "block_layout", "epoch", "expand_output_path", "format_time_limit", "job_from_json", "load_document",
+    "array_of", "array_task_count", "block_layout", "epoch", "is_array_remainder", "job_identity", "expand_output_path", "format_time_limit", "job_from_json", "load_document",
     "node_from_json", "number", "parse_exit_code", "parse_reason", "parse_scontrol_record", "parse_sinfo_json",
     "parse_squeue_json", "parse_state", "task_layout",
 ]

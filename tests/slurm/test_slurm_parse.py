@@ -40,7 +40,7 @@ def first_id() -> int:
 def captured(squeue_text: str) -> list[JobInfo]:
     """The jobs capture.sh submitted (older fx-* jobs can still be in the listing)."""
     return [j for j in parse_squeue_json(squeue_text, cluster="lab")
-            if j.name.startswith("fx-") and int(j.job_id) >= first_id()]
+            if j.name.startswith("fx-") and int(j.job_id.split("_", 1)[0]) >= first_id()]
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,10 @@ def jobs(squeue_text: str) -> dict[str, JobInfo]:
 def test_every_captured_job_parses(squeue_text: str) -> None:
     raw = json.loads(squeue_text)["jobs"]
     parsed = parse_squeue_json(squeue_text, cluster="lab")
-    assert [j.job_id for j in parsed] == [str(r["job_id"]) for r in raw]
+    # a task of a job array is known as ARRAYJOBID_TASKID (parse.job_identity), any other job by its id
+    assert [j.job_id for j in parsed] == [
+        f"{r['array_job_id']}_{r['array_task_id']}" if r.get("array_job_id") else str(r["job_id"]) for r in raw
+    ]
     assert all(j.cluster == "lab" for j in parsed)
 
 
