@@ -15,6 +15,7 @@ default, in every real deployment); see `workers/worker.py`.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from collections.abc import Callable, Iterable
@@ -28,7 +29,11 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from activities.errors import activity_errors
 from activities.faults import injected_delay
 from adapters.errors import JobmedicError, LogSourceError, MetricsError
-from workflows.contracts import ActionResult, EvidenceLine, JobEvidence, JobInfo, JobKey, LogCursor, NodeInfo
+from activities.screening import LogScreen
+from adapters.logs.models import LogChunk
+from workflows.contracts import (
+    ActionResult, EvidenceLine, JobEvidence, JobInfo, JobKey, LogCursor, NodeInfo, job_streams,
+)
 from adapters.slurm.parse import array_of, array_task_count, is_array_remainder
 from workflows.messages import (
     ACTION_NOT_ALLOWED,
@@ -41,6 +46,7 @@ from workflows.messages import (
 )
 
 LOG_WINDOW_BYTES = 2 * 1024 * 1024
+WINDOW_READS = 8  # reads past the watch's position for the evidence window (it is normally at the end already)
 MAX_ARRAY_TASKS = 2000  # sibling tasks carried in one evidence (bounds the activity's result)
 
 
@@ -60,6 +66,7 @@ class SlurmPort(Protocol):
 
 
 class LogTailPort(Protocol):
+    async def read(self, cursor: LogCursor, *, max_bytes: int | None = None, final: bool = False) -> LogChunk: ...
     async def tail_window(self, cursor_or_path: LogCursor | str, *, max_lines: int, max_bytes: int) -> list[str]: ...
 
 
@@ -79,6 +86,7 @@ class SchedulerActivities:
         delays: dict[str, float] | None = None,
         may_act: Callable[[JobInfo], bool] | None = None,
         kill_after: Iterable[str] = (),
+        screen: LogScreen | None = None,
     ) -> None:
         """`may_act` answers, from the worker's current settings and the job's current opt-in,
         whether jobmedic may act on the job now (a cluster switched to observe takes effect at once).
@@ -89,6 +97,7 @@ class SchedulerActivities:
         self._delays = delays or {}
         self._may_act = may_act
         self._kill_after = frozenset(kill_after)
+        self._screen = screen  # screens the evidence window; built on first use when not given
 
     @activity.defn(name=ActivityNames.READ_JOB)
     async def read_job(self, key: JobKey) -> JobInfo:
@@ -110,7 +119,7 @@ class SchedulerActivities:
             # a hold empties the job's node list and task layout: the evidence is the job as it
             # failed (read now, or as the watch saw it when a retried attempt finds it held already)
             failed_job = job if job.nodes else (inp.observed_job or job)
-            log_lines = await self._log_window(failed_job, inp.log_window_lines)
+            window, hits = await self._log_window(failed_job, inp)
             may_act = self._may_act(job) if self._may_act is not None else None
             not_acting: str | None = None
             owner = self._slurm.owner_of(job)
@@ -134,13 +143,14 @@ class SchedulerActivities:
             metric_facts = await self._metric_facts(failed_job)
             evidence = JobEvidence(
                 job=failed_job,
-                log_lines=log_lines,
+                window=window,
+                hits=_merged_hits(inp.hits, hits, window),
                 nodes=nodes,
-                metric_facts=[*inp.hits, *metric_facts],
+                metric_facts=metric_facts,
                 progress=inp.progress,
                 hang_suspected=inp.hang_suspected,
                 seconds_since_progress=inp.seconds_since_progress,
-                straggler_hosts=inp.straggler_hosts,
+                straggler=inp.straggler,
                 node_failure_counts=inp.node_failure_counts,
                 collected_at=datetime.now(timezone.utc),
             )
@@ -260,15 +270,59 @@ class SchedulerActivities:
         job.cluster = key.cluster
         return job
 
-    async def _log_window(self, job: JobInfo, max_lines: int) -> list[str]:
-        paths = [p for p in dict.fromkeys([job.stdout_path, job.stderr_path]) if p]
-        lines: list[str] = []
-        for path in paths:
+    async def _log_window(
+        self, job: JobInfo, inp: CollectEvidenceInput
+    ) -> tuple[list[EvidenceLine], list[EvidenceLine]]:
+        """The last lines of each output file with their file line numbers and stream, and their flagged lines.
+
+        Screened here, once: the verdict screens none of them again.
+        """
+        if self._screen is None:
+            self._screen = await asyncio.to_thread(LogScreen)  # the catalogue's screener is compiled once per process and shared
+        cursors = {c.path: c for c in inp.log_cursors}
+        window: list[EvidenceLine] = []
+        hits: list[EvidenceLine] = []
+        for stream, path in job_streams(job):
             try:
-                lines.extend(await self._logs.tail_window(path, max_lines=max_lines, max_bytes=LOG_WINDOW_BYTES))
+                first, lines = await self._numbered_tail(path, cursors.get(path), inp.log_window_lines, job)
             except LogSourceError as exc:
                 logger.warning("log {} of job {} unreadable: {}", path, job.job_id, exc)
-        return lines[-max_lines * 2 :]
+                continue
+            window.extend(EvidenceLine(source="log", line=line, line_no=first + i, stream=stream)
+                          for i, line in enumerate(lines))
+            hits.extend(self._screen.flag(lines, first_line_no=first, stream=stream))
+        return window, hits
+
+    async def _numbered_tail(
+        self, path: str, cursor: LogCursor | None, max_lines: int, job: JobInfo
+    ) -> tuple[int, list[str]]:
+        """(file line number of the first line, the last `max_lines` lines of the file).
+
+        The lines before the watch's read position are numbered back from it (it counts the
+        lines it consumed); the lines after it are read forward from it, numbered on. Without
+        a position the file is read from its start.
+        """
+        start = cursor or LogCursor(path=path)
+        lines: list[str] = []
+        if cursor is not None and cursor.offset > 0:
+            lines = await self._logs.tail_window(cursor, max_lines=max_lines, max_bytes=LOG_WINDOW_BYTES)
+        first = start.line_no - len(lines) + 1
+        for _ in range(WINDOW_READS):
+            chunk = await self._logs.read(start, max_bytes=LOG_WINDOW_BYTES, final=job.state.finished)
+            if chunk.missing:
+                break
+            if chunk.reset:  # truncated or replaced since the watch read it: its position says nothing now
+                lines = []
+            if not lines:
+                first = chunk.first_line_no
+            lines.extend(chunk.lines)
+            if len(lines) > max_lines:
+                first += len(lines) - max_lines
+                lines = lines[-max_lines:]
+            start = chunk.cursor
+            if not chunk.more:
+                break
+        return max(first, 1), lines
 
     async def _node_states(self, job: JobInfo) -> list[NodeInfo]:
         nodes = await self._slurm.list_nodes()
@@ -293,3 +347,23 @@ class SchedulerActivities:
         for item in health.values():
             facts.extend(item.facts())
         return facts
+
+
+def _merged_hits(
+    watched: list[EvidenceLine], screened: list[EvidenceLine], window: list[EvidenceLine]
+) -> list[EvidenceLine]:
+    """The window's flagged lines, and the lines the watch flagged before the window (each line once)."""
+    starts: dict[object, int] = {}
+    for line in window:
+        if line.line_no is not None:
+            starts[line.stream] = min(starts.get(line.stream, line.line_no), line.line_no)
+    only = next(iter(starts)) if len(starts) == 1 else None
+    earlier = []
+    for h in watched:
+        if h.source != "log" or h.line_no is None:
+            continue
+        if h.stream is None and only is not None:  # flagged by a watch that did not say which stream
+            h = h.model_copy(update={"stream": only})
+        if h.line_no < starts.get(h.stream, h.line_no + 1):
+            earlier.append(h)
+    return [*earlier, *screened]

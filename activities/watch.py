@@ -13,6 +13,17 @@ and a job with none of them is watched for crashes only, unless a
 communication-hang line or DCGM (every GPU idle over the bound) says otherwise.
 What each job is watched on (`WatchedJob.hang_watch`) travels in the heartbeat
 details, where `jobmedic jobs` reads it.
+
+Stragglers: a sustained drop of the job's logged throughput against its own
+baseline (`activities/detection/straggler.py`). A rate logged right after a
+checkpoint save holds the save and is not judged; which rates those are is read
+from line positions (the save's lines right before the progress line), never
+from the poll: a poll that sees a save and a later progress line says nothing
+about that line's own timing. While a slow run lasts the watch keeps the per-rank
+timings the job prints (`rank_timing.py`) and when it started (`slow_since`);
+once it is sustained it names the slow node (`straggler_culprit`: per-node DCGM
+series over the slow window and those timings) and sends the finding with the
+observation, once per episode.
 """
 
 from __future__ import annotations
@@ -49,7 +60,9 @@ from activities.detection.progress import (
     learn_progress,
     user_progress,
 )
-from activities.screening import LogScreen
+from activities.detection.rank_timing import RankTiming, keep_recent, parse_rank_timings
+from activities.detection.straggler import culprit_window, detect_slowdown, straggler_culprit
+from activities.screening import LogScreen, ScreenOutcome
 from workflows.contracts import (
     AuditEntry,
     EventType,
@@ -59,6 +72,8 @@ from workflows.contracts import (
     JobState,
     LogCursor,
     Progress,
+    StragglerFinding,
+    job_streams,
 )
 from workflows.messages import (
     ActivityNames,
@@ -75,6 +90,12 @@ HEARTBEAT_EVERY_S = 2.0  # during a long poll (many jobs), record progress this 
 GONE_AFTER_POLLS = 3  # a job missing from this many listings in a row has left the scheduler
 KEEP_SAMPLES = 32  # progress times and rates kept per job (they travel in every heartbeat)
 IDLE_CHECK_EVERY_S = 60.0  # DCGM is asked about a job's GPUs at most this often
+KEEP_TIMINGS = 256  # per-rank timings kept per job during a slow run (they travel in every heartbeat)
+# per rank and timer, the newest timings the culprit is judged on: the read in which a slow run is first
+# seen holds steps from before it too
+CULPRIT_TIMINGS = 5
+SAVE_GAP_LINES = 3  # a progress line at most this many lines after a checkpoint-save line holds the save
+_RANK_WORD = re.compile(r"rank", re.IGNORECASE)  # per-rank timings are looked for only in reads that say "rank"
 
 
 class GpuHealthPort(Protocol):
@@ -119,6 +140,12 @@ class WatchedJob(BaseModel):
     checkpoint_reported: int | None = None
     hang_reported: bool = False
     straggler_reported: bool = False
+    # parallel to `tracker.rates`: the rate's progress line came right after a checkpoint save (not judged)
+    rate_skip: list[bool] = Field(default_factory=list)
+    save_lines: dict[str, int] = Field(default_factory=dict)  # log path -> file line of its newest save line
+    # the current slow run (None while the job keeps its pace) and the per-rank timings printed since
+    slow_since: datetime | None = None
+    rank_timings: list[RankTiming] = Field(default_factory=list)
 
     @property
     def progress_at(self) -> datetime | None:
@@ -304,13 +331,15 @@ class WatchActivities:
             watched.idle_checked_at = None
             watched.gpus_idle = None
             watched.straggler_reported = False
+            watched.rate_skip, watched.slow_since, watched.rank_timings = [], None, []
         watched.state = job.state.value
         watched.restarts = job.restarts
         watched.last_seen = now
 
         hits: list[EvidenceLine] = []
+        timings: list[RankTiming] = []
         if job.state in {JobState.RUNNING, JobState.COMPLETING} or reasons:
-            hits = await self._read_logs(watched, job, now)
+            hits, timings = await self._read_logs(watched, job, now)
         if hits:
             reasons.append(ObservationReason.FAILURE_PATTERN)
             if job.state is JobState.RUNNING and any(h.pattern_id in self._comm_hang_ids for h in hits):
@@ -363,7 +392,8 @@ class WatchActivities:
                     )
                 elif not hang:
                     watched.hang_reported = False
-        if job.state is JobState.RUNNING and self._straggling(watched):
+        straggler = await self._straggler(watched, job, now, timings) if job.state is JobState.RUNNING else None
+        if straggler is not None:
             reasons.append(ObservationReason.STRAGGLER)
         if not reasons:
             return None
@@ -378,11 +408,18 @@ class WatchActivities:
             hang_suspected=hang,
             seconds_since_progress=seconds_since,
             node_failure_counts=self._node_failure_counts(state, job, now),
+            straggler=straggler,
+            straggler_hosts=list(straggler.culprits) if straggler is not None else [],
+            log_cursors=list(watched.cursors.values()),
         )
 
-    async def _read_logs(self, watched: WatchedJob, job: JobInfo, now: datetime) -> list[EvidenceLine]:
+    async def _read_logs(
+        self, watched: WatchedJob, job: JobInfo, now: datetime
+    ) -> tuple[list[EvidenceLine], list[RankTiming]]:
+        """The new lines' flagged lines worth a signal, and the per-rank timings they hold."""
         hits: list[EvidenceLine] = []
-        for path in [p for p in dict.fromkeys([job.stdout_path, job.stderr_path]) if p]:
+        timings: list[RankTiming] = []
+        for stream, path in job_streams(job):
             cursor = watched.cursors.get(path) or LogCursor(path=path)
             for _ in range(MAX_READS_PER_POLL):
                 try:
@@ -394,13 +431,18 @@ class WatchActivities:
                     break
                 cursor = chunk.cursor
                 if chunk.lines:
-                    outcome = self._screen.screen(chunk.lines, first_line_no=chunk.first_line_no)
+                    outcome = self._screen.screen(chunk.lines, first_line_no=chunk.first_line_no, stream=stream)
                     hits.extend(outcome.hits)
-                    self._track_progress(watched, job, chunk.lines, chunk.first_line_no, outcome.progress, now)
+                    after_save = _after_save(watched, path, outcome)
+                    self._track_progress(
+                        watched, job, chunk.lines, chunk.first_line_no, outcome.progress, now, after_save=after_save
+                    )
+                    if any(_RANK_WORD.search(line) for line in chunk.lines):
+                        timings.extend(parse_rank_timings(chunk.lines, first_line_no=chunk.first_line_no))
                 if not chunk.more:
                     break
             watched.cursors[path] = cursor
-        return hits[-50:]
+        return hits[-50:], timings[-KEEP_TIMINGS:]
 
     def _track_progress(
         self,
@@ -410,8 +452,13 @@ class WatchActivities:
         first_line_no: int,
         recognised: Progress | None,
         now: datetime,
+        *,
+        after_save: bool = False,
     ) -> None:
-        """Feed one chunk's progress to the job's tracker, from the strongest source the job has shown."""
+        """Feed one chunk's progress to the job's tracker, from the strongest source the job has shown.
+
+        `after_save`: the chunk's newest progress line came right after a checkpoint save.
+        """
         tracker = watched.tracker
         if recognised is not None:
             watched.progress = _merge_progress(watched.progress, recognised)
@@ -447,7 +494,13 @@ class WatchActivities:
         if sample.iteration is None:
             # a learned template or a group-less pattern: each sample is one new progress line
             sample.iteration = (tracker.last_iteration or 0) + 1
-        tracker.observe(sample, now)
+        restarts = tracker.restarts_seen
+        new = tracker.observe(sample, now)
+        if tracker.restarts_seen != restarts:
+            watched.rate_skip = []  # the iteration went back: the tracker starts its rates anew
+        elif new and sample.rate is not None:
+            watched.rate_skip.append(after_save and source is ProgressSignal.RECOGNISED)
+        del watched.rate_skip[: max(0, len(watched.rate_skip) - len(tracker.rates))]
         if source is not ProgressSignal.RECOGNISED:
             shown = Progress(iteration=sample.shown_iteration, finished=sample.finished)
             watched.progress = _merge_progress(watched.progress, shown)
@@ -468,19 +521,32 @@ class WatchActivities:
         watched.gpus_idle = all_gpus_idle(health.values())
         return watched.gpus_idle
 
-    def _straggling(self, watched: WatchedJob) -> bool:
-        """True once per episode of sustained throughput drop against the job's own baseline."""
-        from activities.detection.straggler import detect_slowdown
-
-        tracker = watched.tracker
-        skip = [i for i, after in enumerate(tracker.rate_after_checkpoint) if after]
-        slow = detect_slowdown(tracker.rates, skip=skip)
-        if slow.sustained and not watched.straggler_reported:
-            watched.straggler_reported = True
-            return True
-        if not slow.sustained:
-            watched.straggler_reported = False
-        return False
+    async def _straggler(
+        self, watched: WatchedJob, job: JobInfo, now: datetime, timings: list[RankTiming]
+    ) -> StragglerFinding | None:
+        """The culprit finding, once per episode of sustained throughput drop against the job's own baseline."""
+        rates = watched.tracker.rates
+        offset = len(rates) - len(watched.rate_skip)  # the flags are the newest rates' (older details had none)
+        skip = [offset + i for i, after in enumerate(watched.rate_skip) if after]
+        slow = detect_slowdown(rates, skip=skip)
+        if slow.slow_run == 0:
+            watched.slow_since, watched.rank_timings, watched.straggler_reported = None, [], False
+            return None
+        if watched.slow_since is None:
+            watched.slow_since, watched.rank_timings = now, []  # timings from before the slow run would blur it
+        watched.rank_timings = keep_recent(watched.rank_timings, timings, limit=KEEP_TIMINGS)
+        if not slow.sustained or watched.straggler_reported:
+            return None
+        watched.straggler_reported = True
+        start, end = culprit_window(watched.slow_since, now)
+        telemetry = self._metrics if hasattr(self._metrics, "node_telemetry") else None
+        timings = _newest_per_rank(watched.rank_timings)
+        finding = await straggler_culprit(telemetry, job, start=start, end=end, timings=timings)
+        logger.info(
+            "job {} is straggling (throughput {:.0%} of its baseline since {}): {}",
+            job.job_id, slow.ratio or 0.0, watched.slow_since.isoformat(), finding.explanation,
+        )
+        return finding
 
     # ------------------------------------------------------------------ cluster-wide view
 
@@ -569,6 +635,37 @@ def _seq(now: datetime) -> int:
 
 def _utc(value: datetime) -> datetime:
     return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+
+
+def _newest_per_rank(timings: list[RankTiming], keep: int = CULPRIT_TIMINGS) -> list[RankTiming]:
+    """The newest `keep` timings of each rank and timer, in their order."""
+    seen: dict[tuple[int, int | None, str], int] = {}
+    out: list[RankTiming] = []
+    for t in reversed(timings):
+        key = (t.rank, t.task, t.timer)
+        if seen.get(key, 0) < keep:
+            seen[key] = seen.get(key, 0) + 1
+            out.append(t)
+    return out[::-1]
+
+
+def _after_save(watched: WatchedJob, path: str, outcome: ScreenOutcome) -> bool:
+    """Whether the chunk's newest progress line came right after a checkpoint save (its timing holds the save)."""
+    saves = [watched.save_lines[path]] if path in watched.save_lines else []
+    saves += outcome.checkpoint_line_nos
+    progress = outcome.progress_line_no
+    if progress is None:
+        if saves:
+            watched.save_lines[path] = max(saves)
+        return False
+    # a save before this progress line is spent on it; one after it waits for the next progress line
+    later = [n for n in saves if n > progress]
+    if later:
+        watched.save_lines[path] = max(later)
+    else:
+        watched.save_lines.pop(path, None)
+    before = [n for n in saves if n < progress]
+    return bool(before) and progress - max(before) <= SAVE_GAP_LINES
 
 
 def _established(watched: WatchedJob, iteration: int) -> bool:

@@ -47,7 +47,9 @@ from activities.detection.analyze import evidence_for, parse_layout, scan_stream
 from activities.detection.catalogue import Catalogue, load_catalogue  # noqa: E402
 from activities.detection.hosts import NodeMap  # noqa: E402
 from activities.detection.verdict import attribute_lines, screener_for  # noqa: E402
-from workflows.contracts import Category, EvidenceLine, JobInfo, JobState, NodeInfo, Verdict  # noqa: E402
+from workflows.contracts import (  # noqa: E402
+    Category, EvidenceLine, JobInfo, JobState, NodeInfo, StragglerFinding, Verdict,
+)
 
 CORPUS = ROOT / "tests" / "corpus"
 REAL = CORPUS / "real"
@@ -98,7 +100,8 @@ def run_case(log: Path, side: dict, *, catalogue: Catalogue | None = None, log_o
         evidence.nodes = case_nodes(side)
         evidence.metric_facts = [EvidenceLine.model_validate(m) for m in side.get("metric_facts", [])]
         evidence.hang_suspected = bool(side.get("hang_suspected", False))
-        evidence.straggler_hosts = list(side.get("straggler_hosts", []))
+        if side.get("straggler_hosts"):  # the sidecar's slow hosts: the culprits of a straggler finding
+            evidence.straggler = StragglerFinding(culprits=list(side["straggler_hosts"]))
         evidence.node_failure_counts = dict(side.get("node_failure_counts", {}))
     return attribute_lines(evidence, sorted(scan.lines.items()), catalogue=catalogue, hits=scan.hits, tail=scan.tail)
 

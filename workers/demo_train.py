@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         help="what each attempt does, comma separated (the last repeats): ok | xid (GPU lost on the second "
         "node) | fatal-running (a rank's CUDA error is printed, the job keeps running) | xid-fqdn (the same, the node named only by its FQDN in a syslog line) | gpu-prose (a health "
         "agent names the node in prose) | app (the same Python error every time) | hang (stops logging, keeps running) | "
-        "early (transient NCCL error before the first checkpoint) | slow (iterations 3x slower from --fail-at on)",
+        "early (transient NCCL error before the first checkpoint) | slow (iterations 3x slower from --fail-at on: the "
+        "second node's ranks compute 3x slower, as each rank's DeepSpeed-style timing line shows)",
     )
     args = parser.parse_args(argv)
 
@@ -97,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         slowdown = 3.0 if todo == "slow" and it >= fail_at else 1.0
         time.sleep(args.iteration_seconds * slowdown)
         elapsed_ms = args.iteration_seconds * slowdown * 1000 * (1.0 + 0.02 * (it % 3))
+        if todo == "slow":
+            rank_timings(it, elapsed_ms, slowdown, bad_index, ranks_per_node, world)
         loss = 10.0 / (1 + it * 0.05)
         log(
             f" [{datetime.now():%Y-%m-%d %H:%M:%S}] iteration {it:8d}/{args.iterations:8d} | consumed samples: "
@@ -118,6 +121,18 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(3600)  # the other ranks wait in their collective; only jobmedic ends this attempt
     log(f"[demo] training finished at iteration {args.iterations}")
     return 0
+
+
+def rank_timings(it: int, step_ms: float, slowdown: float, bad_index: int, ranks_per_node: int, world: int) -> None:
+    """Each rank's wall-clock breakdown (DeepSpeed `wall_clock_breakdown`): the slow node's ranks compute
+    `slowdown` times longer; the others wait for them in the step's communication."""
+    slow_ranks = range(bad_index * ranks_per_node, (bad_index + 1) * ranks_per_node)
+    for rank in range(world):
+        factor = slowdown if rank in slow_ranks else 1.0
+        fwd = step_ms / slowdown * 0.3 * factor * (1.0 + 0.01 * ((it + rank) % 3))
+        bwd = 2 * fwd
+        wait = max(0.0, step_ms - 3 * fwd)  # the fast ranks wait in the gradient all-reduce
+        log(f"[Rank {rank}] time (ms) | fwd: {fwd:.2f} | bwd: {bwd:.2f} | bwd_allreduce: {wait:.2f}")
 
 
 def fail(bad: str, bad_index: int, nodes: list[str], ranks_per_node: int, it: int) -> None:

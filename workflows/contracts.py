@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Contract(BaseModel):
@@ -309,15 +309,41 @@ class Implicated(Contract):
     gpus: list[str] = Field(default_factory=list)  # "host:pci" or "host:index"
 
 
-class EvidenceLine(Contract):
-    """One log line (or scheduler/metric fact) a verdict rests on."""
+class Stream(StrEnum):
+    """Which of a job's output streams a log line is from."""
 
-    source: str = "log"  # log | scheduler | node | metrics | external
+    STDOUT = "stdout"
+    STDERR = "stderr"
+    OUTPUT = "stdout+stderr"  # both streams go to one file (Slurm's default without --error)
+
+
+class EvidenceLine(Contract):
+    """A flagged log line, or a scheduler, node or metric fact a verdict rests on.
+
+    The one type for a flagged line: the screener returns it, the cluster watch
+    sends it in an observation, the evidence carries it and the verdict cites it.
+    For a log line, `line_no` is its number in its file (1-based, never counted
+    from a window) and `stream` says which output it is from.
+    """
+
+    source: str = "log"  # log | scheduler | node | metrics | progress | external
     line: str = ""
     line_no: int | None = None
     pattern_id: str | None = None
     host: str | None = None
     rank: int | None = None
+    stream: Stream | None = None
+    offset: int | None = None  # screener: byte offset of the line's start from where its scan started
+
+
+def job_streams(job: "JobInfo") -> list[tuple[Stream, str]]:
+    """The job's output files, each with the stream(s) it holds (one file when stderr goes to stdout)."""
+    out, err = job.stdout_path, job.stderr_path
+    if out and err and out != err:
+        return [(Stream.STDOUT, out), (Stream.STDERR, err)]
+    if out or err:
+        return [(Stream.OUTPUT, out or err)]
+    return []
 
 
 class Verdict(Contract):
@@ -379,23 +405,6 @@ class LogCursor(Contract):
     fingerprint: str | None = None
 
 
-class JobEvidence(Contract):
-    """Everything known about one job at one moment, gathered for attribution."""
-
-    job: JobInfo | None = None
-    log_lines: list[str] = Field(default_factory=list)  # window around the failure, oldest first
-    log_first_line_no: int = 1
-    nodes: list[NodeInfo] = Field(default_factory=list)  # states of the job's nodes (and others of interest)
-    metric_facts: list[EvidenceLine] = Field(default_factory=list)  # GPU metric findings, source="metrics"
-    progress: Progress | None = None
-    hang_suspected: bool = False
-    seconds_since_progress: float | None = None
-    straggler_hosts: list[str] = Field(default_factory=list)
-    # cluster-wide view: node -> number of other jobs that failed there recently
-    node_failure_counts: dict[str, int] = Field(default_factory=dict)
-    collected_at: datetime | None = None
-
-
 class StragglerFinding(Contract):
     """Which node slows a straggling job (activities/detection/culprit.py), with the evidence either way."""
 
@@ -404,6 +413,45 @@ class StragglerFinding(Contract):
     evidence: list[EvidenceLine] = Field(default_factory=list)  # every compared node's figures
     explanation: str = ""
     nodes_compared: int = 0
+
+
+class JobEvidence(Contract):
+    """Everything known about one job at one moment, gathered for attribution.
+
+    Log lines come in one of two shapes. `window` + `hits`: the last lines of each
+    output file (flagged or not) with their file line numbers and stream, screened
+    once where they were read, their flagged lines in `hits` together with lines the
+    cluster watch flagged earlier; the verdict screens none of them again. Or
+    `log_lines` (older callers, `jobmedic analyze` of a text): raw lines numbered from
+    `log_first_line_no`, screened by the verdict, once.
+    """
+
+    job: JobInfo | None = None
+    log_lines: list[str] = Field(default_factory=list)  # raw lines, oldest first (screened by the verdict)
+    log_first_line_no: int = 1
+    window: list[EvidenceLine] = Field(default_factory=list)  # last lines of each stream, oldest first per stream
+    hits: list[EvidenceLine] = Field(default_factory=list)  # flagged log lines, one per line and pattern
+    nodes: list[NodeInfo] = Field(default_factory=list)  # states of the job's nodes (and others of interest)
+    metric_facts: list[EvidenceLine] = Field(default_factory=list)  # GPU metric findings, source="metrics"
+    progress: Progress | None = None
+    hang_suspected: bool = False
+    seconds_since_progress: float | None = None
+    straggler: StragglerFinding | None = None  # the slow node(s) of a straggling job, with the evidence
+    # cluster-wide view: node -> number of other jobs that failed there recently
+    node_failure_counts: dict[str, int] = Field(default_factory=dict)
+    collected_at: datetime | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_straggler_hosts(cls, data: object) -> object:
+        # recorded evidence and corpus sidecars name slow hosts in `straggler_hosts` (now `straggler`)
+        if isinstance(data, dict) and data.get("straggler_hosts") and not data.get("straggler"):
+            data = {**data, "straggler": {"culprits": list(data["straggler_hosts"])}}
+        return data
+
+    @property
+    def straggler_hosts(self) -> list[str]:
+        return sorted(set(self.straggler.culprits)) if self.straggler is not None else []
 
 
 # --------------------------------------------------------------------------- policy and audit

@@ -25,8 +25,9 @@ Versions (`workflow.patched`): histories without `decide-before-act` held a
 failed job before the decision and cancelled it on a stop; histories without
 `release-own-hold-on-halt` kept jobmedic's hold when recovery was stopped or
 paused while idle; histories without `audit-in-background` waited for each
-audit write; `array-guard` (only ever asked for a task of a job array) stops
-the recovery of an array whose tasks fail the same way
+audit write; histories without `straggler-culprit` only audited a straggler,
+with no culprit, advice or action; `array-guard` (only ever asked for a task
+of a job array) stops the recovery of an array whose tasks fail the same way
 (`workflows.array_guard`).
 """
 
@@ -50,10 +51,12 @@ with workflow.unsafe.imports_passed_through():
         JobInfo,
         JobState,
         Mode,
+        StragglerFinding,
         Verdict,
     )
     from workflows.array_guard import array_guard
     from workflows.history import JobHistory
+    from workflows.straggler_policy import decide_straggler
     from workflows.messages import (
         ACTION_NOT_ALLOWED,
         ActivityNames,
@@ -89,6 +92,7 @@ AUDIT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interva
 DECIDE_BEFORE_ACT = "decide-before-act"
 RELEASE_OWN_HOLD_ON_HALT = "release-own-hold-on-halt"
 AUDIT_IN_BACKGROUND = "audit-in-background"
+STRAGGLER_CULPRIT = "straggler-culprit"
 ARRAY_GUARD = "array-guard"
 AUDIT_BATCH = 50
 TIMELINE_LIMIT = 200
@@ -287,7 +291,9 @@ class JobRecoveryWorkflow:
             if stop:
                 return True
         elif ObservationReason.STRAGGLER in obs.reasons:
-            # recorded for the operator; a slow job is not restarted on this evidence alone
+            if workflow.patched(STRAGGLER_CULPRIT):
+                return await self._straggler(obs)
+            # histories from before the patch: recorded for the operator, never acted on
             await self._audit(
                 EventType.DETECTION,
                 job=job,
@@ -297,6 +303,76 @@ class JobRecoveryWorkflow:
                 detail={"incident": "straggler", "observed_at": _iso(obs.at)},
             )
         return False
+
+    async def _straggler(self, obs: JobObservation) -> bool:
+        """A sustained slowdown: audit the finding and the advice; restart without the culprit only when allowed.
+
+        The advice is `workflows.straggler_policy.decide_straggler` (advice only unless the opt-in or the
+        cluster's policy enables straggler action); acting needs action mode besides, as every action does.
+        """
+        job = obs.job
+        once = f"straggler:r{job.restarts}:{obs.seq}"
+        if once in self._state.handled:
+            return False  # the same episode, observed again
+        self._state.handled = (self._state.handled + [once])[-50:]
+        self._state.incidents += 1
+        finding = obs.straggler or StragglerFinding(explanation="no culprit finding came with the observation")
+        decision = decide_straggler(
+            finding,
+            job=job,
+            opt_in=job.opt_in.opt_in or self._inp.opt_in,
+            config=self._inp.policy,
+            straggler_restarts=self._state.straggler_restarts,
+            checkpoint_seen=self._state.last_checkpoint_iteration is not None,
+        )
+        advice = decision.advice
+        await self._audit(
+            EventType.DETECTION,
+            job=job,
+            outcome=f"straggler: sustained throughput drop against the job's own baseline; {finding.explanation}",
+            implicated=list(finding.culprits),
+            key_suffix="straggler",
+            detail={"incident": "straggler", "observed_at": _iso(obs.at), "finding": finding.model_dump(mode="json")},
+        )
+        self._state.last_advice = advice
+        await self._audit(
+            EventType.ADVICE,
+            job=job,
+            advice=advice,
+            outcome=advice.reason,
+            implicated=decision.recommended_exclude,
+            key_suffix="straggler",
+            detail={
+                "incident": "straggler",
+                "recommended_exclude": decision.recommended_exclude,
+                "action_enabled": decision.action_enabled,
+            },
+        )
+        if advice.action is not AdviceAction.RESTART_EXCLUDE:
+            return False
+        if not (self._state.may_act and not self._state.paused):
+            self._note("advice", f"{advice.action.value} ({advice.rule}) — observe mode, no scheduler action")
+            return False
+        deadline = workflow.now() + timedelta(seconds=self._inp.watchdog.action_deadline_s)
+        try:
+            stop = await self._act(job, advice, "straggler", False, failed_nodes=list(job.nodes), deadline=deadline)
+        except _Watchdog as dog:
+            await self._watchdog(job, dog, self._state.holding)
+            return False
+        except _NotAllowed as refused:
+            await self._audit(
+                EventType.WATCHDOG,
+                job=job,
+                outcome=f"{refused.stage} not done: {refused.cause}; no further action",
+                key_suffix=f"not-allowed-{refused.stage}",
+            )
+            await self._give_back(job, f"action no longer allowed ({refused.stage})", deadline=deadline)
+            return False
+        except _Halted as halt:
+            await self._give_back(job, halt.why, deadline=deadline)
+            return False
+        self._state.straggler_restarts += 1
+        return stop
 
     # ------------------------------------------------------------------ milestones (verify)
 
@@ -486,8 +562,9 @@ class JobRecoveryWorkflow:
             progress=obs.progress,
             hang_suspected=obs.hang_suspected,
             seconds_since_progress=obs.seconds_since_progress,
-            straggler_hosts=obs.straggler_hosts,
+            straggler=obs.straggler,
             node_failure_counts=obs.node_failure_counts,
+            log_cursors=obs.log_cursors,
         )
         return await self._scheduler_activity(
             ActivityNames.COLLECT_EVIDENCE, inp, CollectEvidenceOutput, deadline=deadline, stage="detect"

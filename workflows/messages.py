@@ -21,10 +21,12 @@ from workflows.contracts import (
     JobEvidence,
     JobInfo,
     JobKey,
+    LogCursor,
     Mode,
     OptIn,
     PolicyConfig,
     Progress,
+    StragglerFinding,
     Verdict,
 )
 
@@ -117,8 +119,11 @@ class JobObservation(Contract):
     progress_at: datetime | None = None
     hang_suspected: bool = False
     seconds_since_progress: float | None = None
-    straggler_hosts: list[str] = Field(default_factory=list)
+    straggler_hosts: list[str] = Field(default_factory=list)  # = straggler.culprits (read by older workflow code)
     node_failure_counts: dict[str, int] = Field(default_factory=dict)
+    straggler: StragglerFinding | None = None  # with reason STRAGGLER: the slow node(s) and the evidence either way
+    # where the watch's reading of each output file stands (the evidence window is numbered from them)
+    log_cursors: list[LogCursor] = Field(default_factory=list)
 
 
 class WatchdogConfig(Contract):
@@ -178,6 +183,7 @@ class JobRecoveryState(Contract):
     audit_backlog: list[AuditEntry] = Field(default_factory=list)
     audit_refusals: int = 0  # times the store refused a batch for good (it is sent again later)
     handled: list[str] = Field(default_factory=list)  # incidents already handled, "<kind>:r<restarts>"
+    straggler_restarts: int = 0  # restarts jobmedic made for stragglers (workflows/straggler_policy.py)
 
 
 JobRecoveryInput.model_rebuild()
@@ -215,8 +221,10 @@ class CollectEvidenceInput(Contract):
     progress: Progress | None = None
     hang_suspected: bool = False
     seconds_since_progress: float | None = None
-    straggler_hosts: list[str] = Field(default_factory=list)
+    straggler_hosts: list[str] = Field(default_factory=list)  # unused (recorded inputs have it)
     node_failure_counts: dict[str, int] = Field(default_factory=dict)
+    straggler: StragglerFinding | None = None
+    log_cursors: list[LogCursor] = Field(default_factory=list)  # the watch's read positions (JobObservation)
 
 
 class ArrayTaskState(Contract):

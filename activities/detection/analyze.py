@@ -16,10 +16,11 @@ from typing import BinaryIO
 
 from activities.detection import fallback
 from activities.detection.catalogue import Catalogue, load_catalogue
+from activities.detection.screen import Screener
 from activities.detection.verdict import attribute_lines, screener_for
 from adapters.errors import ParseError
 from adapters.slurm.hostlist import expand
-from workflows.contracts import JobEvidence, JobInfo, NodeInfo, Progress, TaskLayout, Verdict
+from workflows.contracts import EvidenceLine, JobEvidence, JobInfo, NodeInfo, Progress, TaskLayout, Verdict
 
 CHUNK_BYTES = 4 << 20
 MAX_LINE_BYTES = 16 << 20  # a longer line is screened piecewise
@@ -31,18 +32,11 @@ TAIL_LINES = 8000
 
 
 @dataclass
-class _Hit:
-    pattern_id: str
-    line_no: int
-    line: str
-
-
-@dataclass
 class FileScan:
     """What the streaming pass kept of one file."""
 
     lines: dict[int, str] = field(default_factory=dict)  # flagged line number -> text
-    hits: list[_Hit] = field(default_factory=list)
+    hits: list[EvidenceLine] = field(default_factory=list)
     line_count: int = 0
     byte_count: int = 0
     progress: Progress | None = None
@@ -129,18 +123,13 @@ def _tail_lines(last: bytes, line_count: int) -> list[tuple[int, str]]:
     return [(first + i, line.rstrip("\r")) for i, line in enumerate(lines)]
 
 
-def _screen(screener: object, data: bytes, first_line_no: int, out: FileScan, head: list[int], tail: deque[int]) -> int:
-    if hasattr(screener, "scan_bytes"):
-        result = screener.scan_bytes(data, first_line_no=first_line_no)
-        hits = result.hits
-        newest = result.newest_progress
-        if newest is not None and newest.iteration is not None:
-            out.progress = Progress(iteration=newest.iteration, loss=newest.loss, throughput=newest.throughput,
-                                    iter_time_s=newest.iter_time_s)
-    else:  # the fallback screener works on text lines
-        text = data.decode("utf-8", "replace").replace("\x00", "")
-        hits = screener.scan_lines(text.split("\n"), first_line_no=first_line_no)  # type: ignore[attr-defined]
-    for hit in hits:
+def _screen(screener: Screener, data: bytes, first_line_no: int, out: FileScan, head: list[int], tail: deque[int]) -> int:
+    result = screener.scan_bytes(data, first_line_no=first_line_no)
+    newest = result.newest_progress
+    if newest is not None and newest.iteration is not None:
+        out.progress = Progress(iteration=newest.iteration, loss=newest.loss, throughput=newest.throughput,
+                                iter_time_s=newest.iter_time_s)
+    for hit in result.hits:
         if hit.line_no not in out.lines:
             out.lines[hit.line_no] = hit.line
             if len(head) < HEAD_LINES:
@@ -151,7 +140,7 @@ def _screen(screener: object, data: bytes, first_line_no: int, out: FileScan, he
                     dropped = tail.popleft()
                     out.lines.pop(dropped, None)
         if hit.line_no in out.lines:
-            out.hits.append(_Hit(hit.pattern_id, hit.line_no, hit.line))
+            out.hits.append(hit)
     if len(out.hits) > 4 * (HEAD_LINES + TAIL_LINES):
         out.hits = [h for h in out.hits if h.line_no in out.lines]
     return data.count(b"\n")

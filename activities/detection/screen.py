@@ -61,7 +61,7 @@ from activities.detection.progress import (
     parse_checkpoint_line,
     parse_progress_line,
 )
-from workflows.contracts import Contract
+from workflows.contracts import Contract, EvidenceLine
 
 try:  # hyperscan ships wheels for x86_64 and aarch64 Linux only
     import hyperscan as _hs
@@ -108,13 +108,10 @@ class ScreenPattern(Protocol):
     def regex(self) -> str: ...
 
 
-class Hit(Contract):
-    """One line that matched one pattern."""
-
-    pattern_id: str
-    line_no: int
-    line: str  # decoded, ANSI codes removed; a window around the match when the line is very long
-    offset: int | None = None  # byte offset of the line's start from where the scan started
+# One line that matched one pattern: the project's one flagged-line type. `line` is decoded, ANSI
+# codes removed, a window around the match when the line is very long; `offset` is the byte offset
+# of the line's start from where the scan started.
+Hit = EvidenceLine
 
 
 class ScreenResult(Contract):

@@ -43,12 +43,12 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from activities.detection.catalogue import Catalogue, PatternSpec, load_catalogue
 from activities.detection import fallback
 from activities.detection.hosts import NodeMap, mentioned_ips
 from activities.detection.progress import parse_progress_line
+from activities.detection.screen import Screener
 from activities.detection.xid import xid_info
 from workflows.contracts import (
     Category,
@@ -59,6 +59,7 @@ from workflows.contracts import (
     JobInfo,
     JobState,
     NodeInfo,
+    Stream,
     Verdict,
 )
 
@@ -68,50 +69,15 @@ MAX_SIGNAL_LINES = 20000  # flagged lines turned into signals (first ones and la
 
 # ----------------------------------------------------------------------------- screening seam
 
-
-class _HitLike(Protocol):
-    pattern_id: str
-    line_no: int
-    line: str
+_SCREENERS: dict[int, tuple[Catalogue, Screener]] = {}
 
 
-@dataclass
-class _FallbackHit:
-    pattern_id: str
-    line_no: int
-    line: str
-
-
-class _FallbackScreener:
-    """Python `re` over each line; used only when the real screener cannot be imported."""
-
-    def __init__(self, patterns: Sequence[PatternSpec]) -> None:
-        self._patterns = list(patterns)
-
-    def scan_lines(self, lines: Sequence[str], *, first_line_no: int = 1) -> list[_FallbackHit]:
-        hits = []
-        for i, line in enumerate(lines):
-            cut = line[:MAX_LINE]
-            for p in self._patterns:
-                if p.compiled.search(cut):
-                    hits.append(_FallbackHit(p.id, first_line_no + i, line))
-        return hits
-
-
-_SCREENERS: dict[int, tuple[Catalogue, object]] = {}
-
-
-def screener_for(catalogue: Catalogue) -> object:
+def screener_for(catalogue: Catalogue) -> Screener:
     """One screener per catalogue object (building a hyperscan database takes a moment)."""
     cached = _SCREENERS.get(id(catalogue))
     if cached is not None and cached[0] is catalogue:
         return cached[1]
-    try:
-        from activities.detection.screen import Screener
-    except ImportError:  # pragma: no cover - the real screener ships with the package
-        screener: object = _FallbackScreener(catalogue.screen_patterns)
-    else:
-        screener = Screener(catalogue.screen_patterns)
+    screener = Screener(catalogue.screen_patterns)
     _SCREENERS[id(catalogue)] = (catalogue, screener)
     return screener
 
@@ -306,6 +272,18 @@ class _Builder:
         # stack dumps, per process that printed one: does any of its threads wait in a collective?
         self.dumps: dict[tuple, bool] = {}
         self._dumping: tuple | None = None  # the process whose dump the following unprefixed frames belong to
+        # position of a line in the log as the verdict orders it -> the line's file line number and stream
+        # (empty when the positions are the file's line numbers already)
+        self.where: dict[int, EvidenceLine] = {}
+
+    def cite(self, s: Signal) -> EvidenceLine:
+        """A signal as the evidence line the verdict shows: file line number and stream for a log line."""
+        line_no, stream = s.line_no, None
+        placed = self.where.get(s.line_no) if s.line_no is not None and s.source == "log" else None
+        if placed is not None:
+            line_no, stream = placed.line_no, placed.stream
+        return EvidenceLine(source=s.source, line=_clean(s.line[:2000]), line_no=line_no, pattern_id=s.pattern_id,
+                            host=s.host, rank=s.rank, stream=stream)
 
     # --------------------------------------------------------------- the end of the output
 
@@ -342,7 +320,7 @@ class _Builder:
 
     # --------------------------------------------------------------- log lines
 
-    def add_log(self, numbered: Sequence[tuple[int, str]], hits: Iterable[_HitLike]) -> None:
+    def add_log(self, numbered: Sequence[tuple[int, str]], hits: Iterable[EvidenceLine]) -> None:
         by_line: dict[int, list[str]] = {}
         for hit in hits:
             ids = by_line.setdefault(hit.line_no, [])
@@ -1041,10 +1019,18 @@ def _signature(category: Category, primary: Signal | None, hosts: Iterable[str])
 
 
 def attribute(evidence: JobEvidence, *, catalogue: Catalogue | None = None) -> Verdict:
-    """The verdict for one job from everything known about it (pure; never raises on odd input)."""
+    """The verdict for one job from everything known about it (pure; never raises on odd input).
+
+    Lines that come screened (`evidence.window` and `evidence.hits`) are not screened again;
+    raw `evidence.log_lines` are screened here, once.
+    """
+    catalogue = catalogue or load_catalogue()
+    if evidence.window or evidence.hits:
+        numbered, hits, where = _placed(evidence)
+        return _attribute(evidence, numbered, catalogue=catalogue, hits=hits, tail=None, where=where)
     first = evidence.log_first_line_no
     numbered = [(first + i, line) for i, line in enumerate(evidence.log_lines)]
-    return attribute_lines(evidence, numbered, catalogue=catalogue)
+    return _attribute(evidence, numbered, catalogue=catalogue, hits=None, tail=None, where={})
 
 
 def attribute_lines(
@@ -1052,18 +1038,31 @@ def attribute_lines(
     numbered_lines: Sequence[tuple[int, str]],
     *,
     catalogue: Catalogue | None = None,
-    hits: Iterable[_HitLike] | None = None,
+    hits: Iterable[EvidenceLine] | None = None,
     tail: Sequence[tuple[int, str]] | None = None,
 ) -> Verdict:
     """Like `attribute`, for a sparse set of (line number, line) pairs, e.g. only the flagged lines of a big file.
 
-    `evidence.log_lines` is ignored here. Pass `hits` when the lines were screened already, and `tail`
-    (the last lines of the output, flagged or not) when `numbered_lines` holds only flagged lines.
+    `evidence.log_lines`, `window` and `hits` are ignored here. Pass `hits` when the lines were screened
+    already (they are not screened again), and `tail` (the last lines of the output, flagged or not) when
+    `numbered_lines` holds only flagged lines.
     """
-    catalogue = catalogue or load_catalogue()
+    return _attribute(evidence, numbered_lines, catalogue=catalogue or load_catalogue(), hits=hits, tail=tail, where={})
+
+
+def _attribute(
+    evidence: JobEvidence,
+    numbered_lines: Sequence[tuple[int, str]],
+    *,
+    catalogue: Catalogue,
+    hits: Iterable[EvidenceLine] | None,
+    tail: Sequence[tuple[int, str]] | None,
+    where: dict[int, EvidenceLine],
+) -> Verdict:
     if hits is None:
         hits = _screen_numbered(catalogue, numbered_lines)
     b = _Builder(evidence, catalogue)
+    b.where = where
     b.tail = [(n, line[:MAX_LINE]) for n, line in (numbered_lines[-fallback.TAIL_LINES:] if tail is None else tail)]
     b.add_log(numbered_lines, hits)
     b.add_elastic()
@@ -1079,16 +1078,38 @@ def attribute_lines(
     return _verdict(b, choice, evidence, catalogue)
 
 
-def _screen_numbered(catalogue: Catalogue, numbered: Sequence[tuple[int, str]]) -> list[_HitLike]:
-    screener = screener_for(catalogue)
+def _screen_numbered(catalogue: Catalogue, numbered: Sequence[tuple[int, str]]) -> list[EvidenceLine]:
+    """Raw numbered lines, screened once; each hit carries the line's own number."""
     lines = [line[:MAX_LINE] for _, line in numbered]
-    raw = screener.scan_lines(lines, first_line_no=0)  # type: ignore[attr-defined]
-    out: list[_HitLike] = []
-    for hit in raw:
-        index = hit.line_no
-        if 0 <= index < len(numbered):
-            out.append(_FallbackHit(hit.pattern_id, numbered[index][0], numbered[index][1]))
-    return out
+    hits = screener_for(catalogue).scan_lines(lines, first_line_no=0)
+    return [hit.model_copy(update={"line_no": numbered[hit.line_no][0]})
+            for hit in hits if 0 <= hit.line_no < len(numbered)]
+
+
+_STREAM_ORDER = {Stream.OUTPUT: 0, Stream.STDOUT: 0, Stream.STDERR: 1, None: 2}
+
+
+def _placed(evidence: JobEvidence) -> tuple[list[tuple[int, str]], list[EvidenceLine], dict[int, EvidenceLine]]:
+    """Screened log lines in the order the verdict reads them: each stream's lines by file line number,
+    stdout before stderr (as one text, the way the output reads when both go to one file).
+
+    Returns (position, text) pairs, the hits at those positions, and position -> the line's place in its file.
+    """
+    text: dict[tuple[int, int], str] = {}
+    place: dict[tuple[int, int], EvidenceLine] = {}
+    for item in [*evidence.window, *evidence.hits]:
+        if item.line_no is None:
+            continue
+        key = (_STREAM_ORDER.get(item.stream, 2), item.line_no)
+        if key not in text:
+            text[key] = item.line
+            place[key] = EvidenceLine(source="log", line_no=item.line_no, stream=item.stream)
+    position = {key: i + 1 for i, key in enumerate(sorted(text))}
+    numbered = [(position[key], text[key]) for key in sorted(text)]
+    hits = [h.model_copy(update={"line_no": position[(_STREAM_ORDER.get(h.stream, 2), h.line_no)]})
+            for h in evidence.hits if h.line_no is not None and h.pattern_id]
+    where = {position[key]: place[key] for key in position}
+    return numbered, hits, where
 
 
 def _verdict(b: _Builder, choice: _Choice, evidence: JobEvidence, catalogue: Catalogue) -> Verdict:
@@ -1324,8 +1345,7 @@ def _evidence_lines(cat: Category, sigs: list[Signal], b: _Builder) -> list[Evid
         if key in seen:
             continue
         seen.add(key)
-        out.append(EvidenceLine(source=s.source, line=_clean(s.line[:2000]), line_no=s.line_no, pattern_id=s.pattern_id,
-                                host=s.host, rank=s.rank))
+        out.append(b.cite(s))
     return out
 
 
@@ -1370,7 +1390,9 @@ def _explain(
     where = f" on {', '.join(hosts)}" if hosts else ""
     parts.append(f"Root cause: {_LABEL.get(cat, cat.value)}{where} (fault domain {domain.value}).")
     if primary is not None:
-        loc = f"line {primary.line_no}" if primary.line_no is not None else primary.source
+        cited = b.cite(primary)
+        loc = (f"line {cited.line_no}" + (f" of {cited.stream.value}" if cited.stream is Stream.STDERR else "")
+               if cited.line_no is not None else primary.source)
         detail = primary.note
         if not detail and primary.pattern_id:
             spec = catalogue.get(primary.pattern_id)
@@ -1423,14 +1445,13 @@ def _none_verdict(b: _Builder, evidence: JobEvidence) -> Verdict:
     if stragglers:
         text += f" Training is progressing, but {', '.join(stragglers)} run(s) slower than the rest (straggler)."
     conf = 0.9 if not notes else 0.7
-    if not evidence.log_lines and not b.signals and evidence.job is None:
+    if not (evidence.log_lines or evidence.window) and not b.signals and evidence.job is None:
         conf = 0.3
     return Verdict(
         category=Category.NONE,
         fault_domain=FaultDomain.UNKNOWN,
         implicated=Implicated(hosts=stragglers),
         confidence=conf,
-        evidence=[EvidenceLine(source=s.source, line=_clean(s.line[:2000]), line_no=s.line_no, pattern_id=s.pattern_id,
-                               host=s.host, rank=s.rank) for s in notes[:MAX_EVIDENCE]],
+        evidence=[b.cite(s) for s in notes[:MAX_EVIDENCE]],
         explanation=text,
     )
