@@ -100,7 +100,7 @@ _TORCH_RANK = re.compile(r"^\[(?:rank|RANK) ?([0-9]{1,6})\]: ?")
 _SRUN_LABEL = re.compile(r"^ {0,6}([0-9]{1,6}): ")
 _HOST_PREFIX = re.compile(r"^([A-Za-z][A-Za-z0-9._-]{0,62}): ")
 _TEE_PREFIX = re.compile(r"^\[(?:default|[a-z_]{1,20})([0-9]{1,4})\]:")  # torchrun --tee: [default3]:
-_RAY_PREFIX = re.compile(r"^\([A-Za-z_]{0,40} ?pid=[0-9]{1,8}, ip=([0-9A-Fa-f.:]{3,45})\) ")
+_RAY_PREFIX = re.compile(r"^\((?:[A-Za-z_]{0,40} ?pid=[0-9]{1,8}|raylet|gcs_server|autoscaler), ip=([0-9A-Fa-f.:]{3,45})\) ?")
 _KUBECTL_PREFIX = re.compile(r"^\[pod/([A-Za-z0-9._-]{1,253})/[A-Za-z0-9._-]{1,63}\] ")
 # an epilog or pdsh dump without the colon: "gpu-c21 [Mon Dec  2 11:00:00 2024] NVRM: ..."
 _HOST_DMESG_PREFIX = re.compile(
@@ -269,6 +269,7 @@ class _Builder:
         self.tracebacks: dict[tuple, int] = {}  # source key -> line of the last "Traceback" start
         self.rank_host: dict[int, str] = {}  # learnt from lines naming both
         self.tail: list[tuple[int, str]] = []  # the last lines of the output, flagged or not
+        self.specific_lines: set[int] = set()  # lines a specific catalogue pattern already explains
         # stack dumps, per process that printed one: does any of its threads wait in a collective?
         self.dumps: dict[tuple, bool] = {}
         self._dumping: tuple | None = None  # the process whose dump the following unprefixed frames belong to
@@ -303,8 +304,8 @@ class _Builder:
 
     def ending_exception(self) -> Signal | None:
         found = fallback.ends_in_exception(self.tail, self._strip)
-        if found is None:
-            return None
+        if found is None or found.line_no in self.specific_lines:
+            return None  # nothing, or a line the catalogue knows better (its signal decides)
         short = found.signature_text.rsplit(".", 1)[-1]
         if short in _SYMPTOM_EXCEPTIONS:
             return None  # a launcher reporting a failure elsewhere
@@ -347,6 +348,7 @@ class _Builder:
         key = (ctx.host, ctx.task, ctx.rank)
         specific = [s for s in specs if s.id not in _GENERIC and s.id not in _STRUCTURE]
         if specific:
+            self.specific_lines.add(line_no)
             specs = [s for s in specs if s.id not in _GENERIC]
         elif any(s.id not in _EXCEPTION_PATTERNS for s in specs if s.id in _GENERIC):
             specs = [s for s in specs if s.id not in _EXCEPTION_PATTERNS]
@@ -361,6 +363,11 @@ class _Builder:
             fields = spec.extract_fields(line)
             if spec.id == "elastic_failure_field":
                 self._elastic_field(fields, line_no)
+                continue
+            if spec.id == "launcher_first_failed_rank":
+                rank = fields.get("rank") or fields.get("container_rank")
+                if rank is not None and not any(e.get("rank") for e in self.elastic):
+                    self.elastic.append({"line_no": str(line_no), "rank": rank})
                 continue
             sig = self._signal(spec, line, line_no, ctx, fields, order)
             if sig is not None:
@@ -462,8 +469,8 @@ class _Builder:
         if source is not None and any(s.id == "stack_frame_in_collective" for s in specs):
             self.dumps[source] = True
 
-    def progressed_after(self, line_no: int) -> bool:
-        """Training went on after `line_no`: two progress lines later in the output, the number growing."""
+    def progressed_after(self, line_no: int, *, lines: int = 2) -> bool:
+        """Training went on after `line_no`: `lines` progress lines later in the output, the number growing."""
         seen: list[int] = []
         for n, line in self.tail:
             if n <= line_no:
@@ -471,7 +478,7 @@ class _Builder:
             sample = parse_progress_line(self._strip(line))
             if sample is not None and sample.iteration is not None:
                 seen.append(sample.iteration)
-        return len(seen) >= 2 and seen[-1] > seen[0]
+        return len(seen) >= lines and seen[-1] > seen[0]
 
     def dump_culprits(self) -> list[tuple]:
         """Processes whose dump shows no thread in a collective while the others' do: the stuck ones."""
@@ -883,6 +890,23 @@ def _hang_fact(evidence: JobEvidence) -> Signal:
     return Signal(Category.HANG, FaultDomain.UNKNOWN, "error", "cause", False, "progress", text, order=10**9)
 
 
+SURVIVED_PROGRESS_LINES = 3
+
+
+def _survived(b: _Builder, choice: _Choice, evidence: JobEvidence) -> bool:
+    """The job kept training after everything the choice rests on: a worker OOM-killed and retried, a
+    handled error. Not for a job the scheduler says failed, nor for a GPU or node condemned outright."""
+    job = evidence.job
+    if choice.category in (Category.NONE, Category.UNKNOWN) or not choice.signals:
+        return False
+    if job is None or job.state != JobState.RUNNING or (job.exit_code or 0) != 0:
+        return False
+    if any(s.condemns or s.source != "log" for s in choice.signals):
+        return False
+    last = max(s.line_no or 0 for s in choice.signals)
+    return b.progressed_after(last, lines=SURVIVED_PROGRESS_LINES)
+
+
 def _hang_choice(b: _Builder, hang: list[Signal]) -> _Choice:
     """A hang; when stack dumps show every process but a few waiting in a collective, those few are stuck."""
     culprits = b.dump_culprits()
@@ -1075,6 +1099,8 @@ def _attribute(
         b.add_metrics(evidence.metric_facts)
     b.resolve_hosts()
     choice = _choose(b, evidence)
+    if _survived(b, choice, evidence):
+        choice = _Choice(Category.NONE, [], 0.0)
     return _verdict(b, choice, evidence, catalogue)
 
 
@@ -1198,7 +1224,16 @@ def _verdict(b: _Builder, choice: _Choice, evidence: JobEvidence, catalogue: Cat
             hosts.add(repeat[0])
             choice.why = (choice.why + "; " if choice.why else "") + (
                 f"{repeat[0]} failed {evidence.node_failure_counts[repeat[0]]} other jobs recently")
-    if hosts and not ranks and cat in (Category.GPU_HARDWARE, Category.NODE_FAILURE, Category.CUDA_ERROR):
+    if cat == Category.INTERCONNECT and not hosts:
+        # a transport error with no peer in it is the reporter's own NIC (RC: -22 opening its endpoint);
+        # when a single node reports them, it is the one
+        local = {s.host for s in sigs if s.host and not s.peers and s.host_from in ("prefix", "layout")}
+        if len(local) == 1 and (len(b.job_hosts) > 1 or not b.job_hosts):
+            hosts |= local
+            choice.why = (choice.why + "; " if choice.why else "") + (
+                f"only {next(iter(local))} reports the transport failing, naming no peer")
+    if hosts and not ranks and cat in (Category.GPU_HARDWARE, Category.NODE_FAILURE, Category.CUDA_ERROR,
+                                       Category.DATA_IO, Category.INTERCONNECT):
         # the ranks that crashed on the blamed node are where it showed
         ranks |= {s.rank if s.rank is not None else s.task for s in b.signals
                   if s.host in hosts and s.source == "log" and s.strong and (s.rank is not None or "tasks" in s.fields)
@@ -1258,15 +1293,16 @@ def _link_blame(sigs: list[Signal], everything: list[Signal]) -> tuple[list[str]
 
 
 _RANK_CRASH = {Category.CUDA_ERROR, Category.GPU_HARDWARE, Category.APP_ERROR, Category.NODE_FAILURE, Category.NCCL_ERROR}
-_MOUNT_ERRORS = {"stale_file_handle", "io_error", "lustre_error"}
+_MOUNT_ERRORS = {"stale_file_handle", "io_error", "disk_full", "checkpoint_write_failed", "file_not_found"}
+_NODE_LOCAL_PATH = re.compile(r"['\" (](/(?:local|localscratch|lscratch|scratch/local|local_scratch|tmp|raid[0-9]?|nvme[0-9a-z]*|ssd|mnt/local|mnt/nvme|local_disk[0-9]?|dev/nvme)[/'\" ]|\$TMPDIR|SLURM_TMPDIR)")
 _DEVICE_CUDA_ERRORS = {"cuda_unknown_error"}  # "CUDA error: unknown error": usually a GPU that became unusable
 
 
 def _local_mount(sigs: list[Signal], b: _Builder) -> set[str]:
-    """The node whose own mount broke: mount-level errors (stale handle, EIO, a lost Lustre/NFS
-    connection) seen on exactly one node. A full shared file system, or mount errors on several
-    nodes, is the storage's problem, not a node's."""
-    mount = [s for s in sigs if s.pattern_id in _MOUNT_ERRORS]
+    """The node whose own disk failed: storage errors on a node-local path (local scratch, /tmp,
+    NVMe, RAID) seen on exactly one node. A shared file system's errors (stale NFS handles, EIO on
+    Lustre/GPFS, a full project quota) are the storage's problem, not a node's, wherever they show."""
+    mount = [s for s in sigs if s.pattern_id in _MOUNT_ERRORS and _NODE_LOCAL_PATH.search(s.text or s.line)]
     seen = {s.host for s in mount if s.host}
     root = b.elastic_root()
     if mount and not seen and root is not None and root[0]:
