@@ -140,6 +140,9 @@ class WatchedJob(BaseModel):
     checkpoint_reported: int | None = None
     hang_reported: bool = False
     straggler_reported: bool = False
+    # a fatal line seen while the job ran (this attempt), and whether it was reported as stalling the job
+    fatal_at: datetime | None = None
+    fatal_reported: bool = False
     # parallel to `tracker.rates`: the rate's progress line came right after a checkpoint save (not judged)
     rate_skip: list[bool] = Field(default_factory=list)
     save_lines: dict[str, int] = Field(default_factory=dict)  # log path -> file line of its newest save line
@@ -206,6 +209,13 @@ class WatchActivities:
         self._clock = clock
         self._comm_hang_ids = frozenset(
             p.id for p in load_catalogue().patterns if p.category.value in COMM_HANG_CATEGORIES and not p.benign
+        )
+        # lines that say a process died of something (not a hang, not noise): a running job that printed one
+        # and stopped making progress is stuck behind its dead rank
+        self._fatal_ids = frozenset(
+            p.id for p in load_catalogue().patterns
+            if p.severity in ("fatal", "error") and p.role == "cause" and not p.benign
+            and p.category.value not in COMM_HANG_CATEGORIES
         )
 
     @activity.defn(name=ActivityNames.WATCH_CLUSTER)
@@ -332,6 +342,7 @@ class WatchActivities:
             watched.gpus_idle = None
             watched.straggler_reported = False
             watched.rate_skip, watched.slow_since, watched.rank_timings = [], None, []
+            watched.fatal_at, watched.fatal_reported = None, False
         watched.state = job.state.value
         watched.restarts = job.restarts
         watched.last_seen = now
@@ -392,6 +403,14 @@ class WatchActivities:
                     )
                 elif not hang:
                     watched.hang_reported = False
+        if job.state is JobState.RUNNING:
+            if watched.fatal_at is None and any(h.pattern_id in self._fatal_ids for h in hits):
+                watched.fatal_at = now
+            if _fatal_stalled(watched, now):
+                watched.fatal_reported = True
+                reasons.append(ObservationReason.FATAL_STALLED)
+                logger.info("job {} printed a fatal error at {} and has made no progress since",
+                            job.job_id, watched.fatal_at.isoformat())
         straggler = await self._straggler(watched, job, now, timings) if job.state is JobState.RUNNING else None
         if straggler is not None:
             reasons.append(ObservationReason.STRAGGLER)
@@ -411,6 +430,7 @@ class WatchActivities:
             straggler=straggler,
             straggler_hosts=list(straggler.culprits) if straggler is not None else [],
             log_cursors=list(watched.cursors.values()),
+            fatal_at=watched.fatal_at,
         )
 
     async def _read_logs(
@@ -626,6 +646,22 @@ class WatchActivities:
             return
         logger.info("job {} has an invalid opt-in, audited and ignored: {}", job.job_id, job.opt_in.invalid_reason)
         state.invalid_reported = (state.invalid_reported + [key])[-5000:]
+
+
+FATAL_GRACE_S = 60.0  # a fatal line, then no progress for this long (or 3 iterations, if longer): stalled
+
+
+def _fatal_stalled(watched: WatchedJob, now: datetime) -> bool:
+    """A fatal line was printed and training has not moved since, past the grace: its ranks wait on a dead one.
+    Progress after the line means the job survived it (a rank's handled error): forget it."""
+    if watched.fatal_at is None or watched.fatal_reported:
+        return False
+    if watched.progress_at is not None and watched.progress_at > watched.fatal_at:
+        watched.fatal_at = None  # training went on: whatever it was, the job survived it
+        return False
+    intervals = watched.tracker.iteration_intervals_s
+    grace = max(FATAL_GRACE_S, 3 * max(intervals[-8:])) if intervals else FATAL_GRACE_S
+    return (now - watched.fatal_at).total_seconds() >= grace
 
 
 def _seq(now: datetime) -> int:

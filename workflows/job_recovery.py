@@ -93,6 +93,7 @@ DECIDE_BEFORE_ACT = "decide-before-act"
 RELEASE_OWN_HOLD_ON_HALT = "release-own-hold-on-halt"
 AUDIT_IN_BACKGROUND = "audit-in-background"
 STRAGGLER_CULPRIT = "straggler-culprit"
+FATAL_RUNNING = "fatal-running"  # a fatal line in a running job that stopped progressing is an incident
 ARRAY_GUARD = "array-guard"
 AUDIT_BATCH = 50
 TIMELINE_LIMIT = 200
@@ -439,6 +440,12 @@ class JobRecoveryWorkflow:
             and not self._state.awaiting_restart
         ):
             return "slurm_requeue"
+        if (
+            ObservationReason.FATAL_STALLED in obs.reasons
+            and job.state is JobState.RUNNING
+            and workflow.patched(FATAL_RUNNING)
+        ):
+            return "fatal_running"
         if ObservationReason.HANG in obs.reasons and job.state is JobState.RUNNING:
             return "hang"
         return None
@@ -480,7 +487,8 @@ class JobRecoveryWorkflow:
                 pattern_id=(obs.hits[-1].pattern_id if obs.hits else None),
                 detail={
                     "incident": incident,
-                    "failure_at": _iso(obs.job.end_time or current.end_time) if incident != "hang" else _iso(obs.progress_at),
+                    "failure_at": (_iso(obs.progress_at) if incident == "hang" else _iso(obs.fatal_at)
+                                   if incident == "fatal_running" else _iso(obs.job.end_time or current.end_time)),
                     "observed_at": _iso(obs.at),
                     "exit_code": current.exit_code,
                     "held": held_by_us,

@@ -104,6 +104,7 @@ class ObservationReason(StrEnum):
     CHECKPOINT = "checkpoint"
     HANG = "hang"
     STRAGGLER = "straggler"
+    FATAL_STALLED = "fatal_stalled"  # a fatal line while running, and no progress since: ranks wait on a dead one
     GONE = "gone"
 
 
@@ -124,6 +125,7 @@ class JobObservation(Contract):
     straggler: StragglerFinding | None = None  # with reason STRAGGLER: the slow node(s) and the evidence either way
     # where the watch's reading of each output file stands (the evidence window is numbered from them)
     log_cursors: list[LogCursor] = Field(default_factory=list)
+    fatal_at: datetime | None = None  # with reason FATAL_STALLED: when the fatal line was seen
 
 
 class WatchdogConfig(Contract):
