@@ -406,7 +406,8 @@ class WatchActivities:
         if job.state is JobState.RUNNING:
             if watched.fatal_at is None and any(h.pattern_id in self._fatal_ids for h in hits):
                 watched.fatal_at = now
-            if _fatal_stalled(watched, now):
+            bound = self._ctx.hang_bound_s(watched.tracker.iteration_intervals_s, watched.tracker.checkpoint_intervals_s)
+            if _fatal_stalled(watched, now, bound_s=bound):
                 watched.fatal_reported = True
                 reasons.append(ObservationReason.FATAL_STALLED)
                 logger.info("job {} printed a fatal error at {} and has made no progress since",
@@ -651,9 +652,10 @@ class WatchActivities:
 FATAL_GRACE_S = 60.0  # a fatal line, then no progress for this long (or 3 iterations, if longer): stalled
 
 
-def _fatal_stalled(watched: WatchedJob, now: datetime) -> bool:
+def _fatal_stalled(watched: WatchedJob, now: datetime, *, bound_s: float) -> bool:
     """A fatal line was printed and training has not moved since, past the grace: its ranks wait on a dead one.
-    Progress after the line means the job survived it (a rank's handled error): forget it."""
+    Progress after the line means the job survived it (a rank's handled error): forget it. The grace is never
+    longer than the job's hang bound (a fatal line is more evidence than silence alone)."""
     if watched.fatal_at is None or watched.fatal_reported:
         return False
     if watched.progress_at is not None and watched.progress_at > watched.fatal_at:
@@ -661,7 +663,7 @@ def _fatal_stalled(watched: WatchedJob, now: datetime) -> bool:
         return False
     intervals = watched.tracker.iteration_intervals_s
     grace = max(FATAL_GRACE_S, 3 * max(intervals[-8:])) if intervals else FATAL_GRACE_S
-    return (now - watched.fatal_at).total_seconds() >= grace
+    return (now - watched.fatal_at).total_seconds() >= min(grace, bound_s)
 
 
 def _seq(now: datetime) -> int:
