@@ -196,6 +196,7 @@ class WatchActivities:
         audit: AuditSink,
         metrics: GpuHealthPort | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+        stats: object | None = None,  # workers.metrics_server.WatchStats: pass duration, watched jobs
     ) -> None:
         from activities.detection.catalogue import load_catalogue
 
@@ -207,6 +208,7 @@ class WatchActivities:
         self._audit = audit
         self._metrics = metrics
         self._clock = clock
+        self._stats = stats
         self._comm_hang_ids = frozenset(
             p.id for p in load_catalogue().patterns if p.category.value in COMM_HANG_CATEGORIES and not p.benign
         )
@@ -268,6 +270,10 @@ class WatchActivities:
                     job=JobInfo(job_id=watched.job_id, cluster=self._ctx.cluster, state=JobState.UNKNOWN),
                 )
                 await self._signal_existing(watched, gone)
+        if self._stats is not None:
+            self._stats.record_pass(  # type: ignore[attr-defined]
+                self._ctx.cluster, started_at=now, finished_at=self._clock(), watched_jobs=len(state.jobs)
+            )
         return sent
 
     def _watched_environment(self, job: JobInfo) -> bool:

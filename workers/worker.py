@@ -127,7 +127,9 @@ def build_cluster_parts(cluster: ClusterSettings, *, deployment: str = "jobmedic
     return ClusterParts(settings=cluster, slurm=slurm, logs=logs, metrics=metrics, external=external)
 
 
-async def build_workers(settings: Settings, client: Client, *, clusters: list[ClusterSettings] | None = None) -> list[Worker]:
+async def build_workers(
+    settings: Settings, client: Client, *, clusters: list[ClusterSettings] | None = None, stats: object | None = None
+) -> list[Worker]:
     from adapters.audit.factory import build_audit_store
 
     audit = build_audit_store(settings)
@@ -177,6 +179,7 @@ async def build_workers(settings: Settings, client: Client, *, clusters: list[Cl
             client=client,
             audit=audit,
             metrics=part.metrics,
+            stats=stats,
         )
         workers.append(
             Worker(
@@ -211,7 +214,10 @@ async def start_watches(settings: Settings, client: Client, *, clusters: list[Cl
 
 async def run_worker(settings: Settings, client: Client, *, stop: asyncio.Event | None = None) -> None:
     """Run until `stop` is set (or for ever)."""
-    workers = await build_workers(settings, client)
+    from workers.metrics_server import WatchStats
+
+    stats = WatchStats()  # the watches' passes, served by the metrics endpoint
+    workers = await build_workers(settings, client, stats=stats)
     await start_watches(settings, client)
     logger.info(
         "jobmedic worker up: task queues {} ; clusters {}",
@@ -224,7 +230,8 @@ async def run_worker(settings: Settings, client: Client, *, stop: asyncio.Event 
         from adapters.audit.factory import build_audit_store
         from workers.metrics_server import start_metrics_server
 
-        metrics = await start_metrics_server(build_audit_store(settings), port=settings.metrics_port)
+        metrics = await start_metrics_server(build_audit_store(settings), port=settings.metrics_port,
+                                             host=settings.metrics_bind, watch=stats)
     try:
         async with _running(workers):
             await stop.wait()
