@@ -45,7 +45,21 @@ class AttributionActivities:
         await injected_delay(self._delays, ActivityNames.ATTRIBUTE)
         verdict = await self._verdict(inp)
         recent = await self._recent_failures(inp)
-        return AttributeOutput(verdict=verdict, recent_failures=recent)
+        return AttributeOutput(verdict=verdict, recent_failures=recent, own_hosts=self._own_hosts(inp, verdict))
+
+    @staticmethod
+    def _own_hosts(inp: AttributeInput, verdict: Verdict) -> list[str]:
+        """The hosts the job's own evidence names: the verdict again without the cluster-wide failure counts.
+
+        The local verdict blames a job's node for an unattributed NCCL or hang failure when that node failed
+        other jobs recently; in an outage every node has, so that is no evidence of a node-specific cause.
+        """
+        if not inp.evidence.node_failure_counts or not verdict.implicated.hosts:
+            return sorted(set(verdict.implicated.hosts))
+        from activities.detection.verdict import attribute as local_attribute
+
+        alone = local_attribute(inp.evidence.model_copy(update={"node_failure_counts": {}}))
+        return sorted(set(verdict.implicated.hosts) & set(alone.implicated.hosts))
 
     async def _recent_failures(self, inp: AttributeInput) -> list[RecentFailure]:
         job = inp.evidence.job

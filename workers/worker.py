@@ -20,15 +20,17 @@ from activities.attribution import AttributionActivities
 from activities.audit import AuditActivities
 from activities.scheduler import SchedulerActivities
 from activities.screening import LogScreen
+from activities.systemic import SystemicActivities, SystemicSchedulerActivities
 from activities.watch import WatchActivities, WatchContext
 from workers.checks import warn_about_decision_timing
 from workers.settings import ClusterSettings, Settings
 from workflows.cluster_watch import ClusterWatchWorkflow, watch_workflow_id
 from workflows.contracts import JobInfo, JobKey, OptIn
 from workflows.job_recovery import JobRecoveryWorkflow
+from workflows.systemic_guard import SystemicGuardWorkflow
 from workflows.messages import JobRecoveryInput, WatchdogConfig, WatchInput
 
-WORKFLOWS = [JobRecoveryWorkflow, ClusterWatchWorkflow]
+WORKFLOWS = [JobRecoveryWorkflow, ClusterWatchWorkflow, SystemicGuardWorkflow]
 
 
 def recovery_input_factory(cluster: ClusterSettings):
@@ -143,12 +145,13 @@ async def build_workers(
     external = next((p.external for p in parts if p.external is not None), None)
     attribution = AttributionActivities(external=external, audit=audit, delays=settings.fault_delays)
     audit_acts = AuditActivities(store=audit)
+    systemic = SystemicActivities(client=client)
     workers = [
         Worker(
             client,
             task_queue=settings.temporal.task_queue,
             workflows=WORKFLOWS,
-            activities=[attribution.attribute, audit_acts.record_audit],
+            activities=[attribution.attribute, audit_acts.record_audit, systemic.report_failure, systemic.alert],
             max_cached_workflows=10_000,
         )
     ]
@@ -194,10 +197,21 @@ async def build_workers(
                     sched.cancel_job,
                     sched.drain_nodes,
                     watch.watch_cluster,
+                    *_guard_reads(part.slurm, c),
                 ],
             )
         )
     return workers
+
+
+def _guard_reads(slurm, cluster: ClusterSettings) -> list:
+    """The systemic guard's scheduler reads for one cluster (activities.systemic)."""
+
+    def watches(job: JobInfo) -> bool:
+        return cluster.watches((job.opt_in.opt_in or OptIn()).environment)
+
+    reads = SystemicSchedulerActivities(slurm=slurm, watches=watches)
+    return [reads.context, reads.probe]
 
 
 async def start_watches(settings: Settings, client: Client, *, clusters: list[ClusterSettings] | None = None) -> None:

@@ -473,6 +473,25 @@ class PolicyConfig(Contract):
     # stragglers: advice only unless enabled here or by the job's opt-in (workflows/straggler_policy.py)
     straggler_action: bool = False
     straggler_restart_limit: int = 2
+    # systemic guard (workflows/systemic.py is the spec of each knob)
+    systemic_settle_s: float = 5.0
+    systemic_fraction: float = 0.5
+    systemic_domain_share: float = 0.8
+    systemic_hold_max_s: float = 3600.0
+    systemic_probe_s: float = 15.0
+    systemic_clear_runtime_s: float = 60.0
+    # optional generic JSON webhook for systemic alerts (chat, Alertmanager-style receivers)
+    systemic_webhook_url: str | None = None
+    systemic_webhook_timeout_s: float = 5.0
+    # failure domains beyond Slurm's own: name ("rack:a", "switch:s1") -> its nodes
+    topology: dict[str, list[str]] = Field(default_factory=dict)
+    # lemon nodes: implicated in failures of several jobs, kept out of every restart
+    lemon_jobs: int = 3
+    lemon_window_s: float = 3600.0
+    lemon_healthy_s: float = 1800.0
+    lemon_max_fraction: float = 0.1
+    lemon_max_per_window: int = 2
+    lemon_drain: bool = False
 
 
 class EventType(StrEnum):
@@ -487,6 +506,8 @@ class EventType(StrEnum):
     COMPLETED = "completed"
     STOPPED = "stopped"
     INVALID_OPT_IN = "invalid_opt_in"
+    SYSTEMIC_EVENT = "systemic_event"  # the systemic guard: an event opened (the alert), released, or a cap bit
+    LEMON_NODE = "lemon_node"  # the systemic guard: a node became, or stopped being, a lemon
 
 
 class AuditEntry(Contract):

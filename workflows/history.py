@@ -21,6 +21,8 @@ Lifecycle, as the workflow drives it:
 - `note_excluded(nodes)` / `note_jobmedic_restart()` only once the scheduler
   confirmed the action (in observe mode nothing is excluded or restarted).
 - `note_restart_count(job.restarts)` whenever Slurm's restart count is read.
+- a node_failure verdict adds its hosts to `dead_nodes` (in `record_outcome`):
+  the policy keeps them out of every later restart of the job.
 """
 
 from __future__ import annotations
@@ -92,6 +94,9 @@ class JobHistory(Contract):
     current: AttemptRecord = Field(default_factory=lambda: AttemptRecord(attempt=1))
     excluded_nodes: list[str] = Field(default_factory=list)  # confirmed by the scheduler, sorted
     implicated_counts: dict[str, int] = Field(default_factory=dict)  # node -> attempts it was implicated in
+    # nodes that died under the job (node_failure verdicts): kept out of every later restart, whoever
+    # requeued the job (Slurm itself or jobmedic), across attempts and later failures
+    dead_nodes: list[str] = Field(default_factory=list)
     categories_seen: list[Category] = Field(default_factory=list)  # in order of first appearance
     restarts_by_jobmedic: int = 0  # restarts the scheduler confirmed for jobmedic
     slurm_restarts_seen: int = 0  # highest restart count Slurm reported for the job
@@ -147,6 +152,9 @@ class JobHistory(Contract):
         seen = list(self.categories_seen)
         if verdict.category not in seen:
             seen.append(verdict.category)
+        dead = set(self.dead_nodes)
+        if verdict.category is Category.NODE_FAILURE:
+            dead.update(hosts)
         following = AttemptRecord(
             attempt=closed.attempt + 1,
             checkpoint_iteration_at_start=self.last_checkpoint_iteration,
@@ -157,6 +165,7 @@ class JobHistory(Contract):
                 "current": following,
                 "implicated_counts": dict(sorted(counts.items())),
                 "categories_seen": seen,
+                "dead_nodes": sorted(dead),
             }
         )
 

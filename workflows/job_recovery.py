@@ -21,14 +21,25 @@ idempotency keys): recovery never waits for the store. A batch the store
 refuses for good is sent again after `audit_retry_pause_s`; the workflow ends
 only once its entries are in.
 
+Systemic guard (`systemic-guard` patch): each attributed failure is reported
+to the cluster's guard (`workflows.systemic_guard`), which answers within
+`systemic_settle_s` whether it is part of a systemic event (hold: no retry
+spent) and which nodes are lemons; no answer in time, the job is handled on
+its own. A systemic hold ends when the guard says the cause cleared, when an
+operator releases it (`jobmedic release`), at the latest after
+`systemic_hold_max_s` (kept here, so a guard that is gone strands nothing), or
+with pause or stop; each release is audited and the job's next start is
+watched like a restart.
+
 Versions (`workflow.patched`): histories without `decide-before-act` held a
 failed job before the decision and cancelled it on a stop; histories without
 `release-own-hold-on-halt` kept jobmedic's hold when recovery was stopped or
 paused while idle; histories without `audit-in-background` waited for each
 audit write; histories without `straggler-culprit` only audited a straggler,
-with no culprit, advice or action; `array-guard` (only ever asked for a task
-of a job array) stops the recovery of an array whose tasks fail the same way
-(`workflows.array_guard`).
+with no culprit, advice or action; histories without `systemic-guard` counted recent failures from
+the audit trail for the systemic rule and had no node limits; `array-guard`
+(only ever asked for a task of a job array) stops the recovery of an array
+whose tasks fail the same way (`workflows.array_guard`).
 """
 
 from __future__ import annotations
@@ -76,7 +87,16 @@ with workflow.unsafe.imports_passed_through():
         SignalNames,
         TimelineEvent,
     )
-    from workflows.policy import decide, systemic_view
+    from workflows.policy import NodeLimits, SystemicHold, decide, systemic_view
+    from workflows.systemic import FailureReport, cause_signature
+    from workflows.systemic_guard import (
+        GuardAnswer,
+        GuardInput,
+        GuardNames,
+        ReleaseOrder,
+        ReportFailureInput,
+        guard_workflow_id,
+    )
 
 SA_JOB_ID = SearchAttributeKey.for_keyword("JobId")
 SA_CLUSTER = SearchAttributeKey.for_keyword("Cluster")
@@ -95,6 +115,8 @@ AUDIT_IN_BACKGROUND = "audit-in-background"
 STRAGGLER_CULPRIT = "straggler-culprit"
 FATAL_RUNNING = "fatal-running"  # a fatal line in a running job that stopped progressing is an incident
 ARRAY_GUARD = "array-guard"
+SYSTEMIC_GUARD = "systemic-guard"
+GUARD_ANSWER_MARGIN_S = 10.0  # beyond the guard's settle time, for its reads and the signals
 AUDIT_BATCH = 50
 TIMELINE_LIMIT = 200
 MAX_SA_TEXT = 256  # search attribute values: the server refuses more than 2 KB
@@ -154,6 +176,9 @@ class JobRecoveryWorkflow:
         self._history = JobHistory.model_validate(self._state.history or {})
         self._keep_hold_while_paused = False
         self._audit_drainer: asyncio.Task | None = None
+        self._guard_answers: dict[int, GuardAnswer] = {}
+        self._guard_event: str | None = None  # the event of the guard's answer to the incident being decided
+        self._events_ended: dict[str, str] = {}  # systemic events the guard ended -> why (a release may beat the hold)
 
     def _paused_while_holding(self) -> bool:
         return self._state.paused and self._state.holding and not self._keep_hold_while_paused
@@ -195,6 +220,24 @@ class JobRecoveryWorkflow:
         self._state.may_act = new is Mode.ACTION and self._inp.may_act
         self._note("mode", f"mode set to {new.value} (acting: {self._state.may_act})")
 
+    @workflow.signal(name=GuardNames.VERDICT)
+    def systemic_verdict(self, answer: GuardAnswer) -> None:
+        self._guard_answers[answer.incident] = answer
+
+    @workflow.signal(name=GuardNames.RELEASE)
+    def systemic_release(self, order: ReleaseOrder) -> None:
+        if order.event_id:
+            self._events_ended[order.event_id] = order.reason or f"systemic event {order.event_id} ended"
+        if self._state.systemic_event and order.event_id in {None, self._state.systemic_event}:
+            self._state.release_order = order.reason or f"systemic event {self._state.systemic_event} ended"
+
+    @workflow.signal(name=SignalNames.RELEASE)
+    def release(self, who: str = "") -> None:
+        if self._state.systemic_event:
+            self._state.release_order = f"released by an operator{f' ({who[:80]})' if who else ''}"
+        else:
+            self._note("release", "release asked, but jobmedic holds no systemic hold of this job")
+
     @workflow.query(name=QueryNames.STATUS)
     def status(self) -> JobStatus:
         job = self._state.last_job
@@ -216,6 +259,7 @@ class JobRecoveryWorkflow:
             job_state=job.state.value if job else "",
             restarts=job.restarts if job else 0,
             audit_backlog=len(self._state.audit_backlog),
+            systemic_event=self._state.systemic_event,
         )
 
     @workflow.query(name=QueryNames.TIMELINE)
@@ -229,9 +273,7 @@ class JobRecoveryWorkflow:
         if self._state.audit_backlog:  # carried over continue-as-new
             self._start_audit_drainer()
         while True:
-            await workflow.wait_condition(
-                lambda: bool(self._queue) or self._state.stopped or self._paused_while_holding()
-            )
+            await self._wait_for_work()
             if self._state.stopped:
                 if self._state.holding and workflow.patched(RELEASE_OWN_HOLD_ON_HALT):
                     await self._give_back(self._state.last_job, "recovery stopped by signal", deadline=workflow.now())
@@ -243,6 +285,9 @@ class JobRecoveryWorkflow:
                 # one try per pause (a history from before the patch kept its hold); resume clears it
                 self._keep_hold_while_paused = self._state.holding
                 continue
+            if self._state.release_order is not None and not self._queue:
+                await self._end_systemic_hold()
+                continue
             obs = self._queue.pop(0)
             self._state.last_seq = max(self._state.last_seq, obs.seq)
             finished = await self._handle(obs)
@@ -253,6 +298,56 @@ class JobRecoveryWorkflow:
                 if not self._queue:  # an observation that came in meanwhile is handled here first
                     self._state.history = self._history.model_dump(mode="json")
                     workflow.continue_as_new(inp.model_copy(update={"carried_state": self._state}))
+
+    async def _wait_for_work(self) -> None:
+        """Until an observation, a stop, a pause while holding, or (systemic hold) a release or its bound."""
+        def ready() -> bool:
+            return (
+                bool(self._queue) or self._state.stopped or self._paused_while_holding()
+                or self._state.release_order is not None
+            )
+
+        if self._state.systemic_event is None or self._state.held_since is None:
+            await workflow.wait_condition(ready)
+            return
+        bound = self._state.held_since + timedelta(seconds=self._inp.policy.systemic_hold_max_s)
+        try:
+            await workflow.wait_condition(ready, timeout=max(timedelta(seconds=1), bound - workflow.now()))
+        except asyncio.TimeoutError:
+            self._state.release_order = (
+                f"held for systemic_hold_max_s ({self._inp.policy.systemic_hold_max_s:g} s): released to normal "
+                "scheduling"
+            )
+
+    async def _end_systemic_hold(self) -> None:
+        """Release jobmedic's systemic hold (the cause cleared, an operator, or the bound), audited."""
+        why, event = self._state.release_order or "", self._state.systemic_event
+        self._state.release_order = None
+        self._state.systemic_event = None
+        job = self._state.last_job
+        if not self._state.holding or job is None:
+            self._note("release", f"systemic event {event}: {why}; jobmedic no longer held the job")
+            return
+        deadline = workflow.now() + timedelta(seconds=self._inp.watchdog.action_deadline_s)
+        try:
+            # held far longer than the credential's lifetime (cred_expire): Slurm's own wait is already over
+            result = await self._scheduler_activity(
+                ActivityNames.RELEASE, JobActionInput(key=self._inp.key, start_now=False), ActionResult,
+                deadline=deadline, stage="release",
+            )
+        except (_Watchdog, _NotAllowed) as failed:
+            await self._audit(EventType.WATCHDOG, job=job, outcome=f"systemic event {event}: {why}; releasing the "
+                              f"hold failed: {failed}", key_suffix=f"systemic-release-{event}")
+            return
+        self._state.holding = False
+        self._state.awaiting_restart = True
+        self._state.expected_restarts = job.restarts
+        self._set_phase(Phase.WAITING_RESTART)
+        await self._audit(
+            EventType.ACTION_CONFIRMED, job=result.job or job, action="release", key_suffix=f"systemic-release-{event}",
+            outcome=f"systemic event {event}: {why}; jobmedic's hold released",
+            detail={"event_id": event, "changed": result.changed},
+        )
 
     async def _finish(self) -> JobStatus:
         self._set_phase(Phase.DONE)
@@ -508,7 +603,13 @@ class JobRecoveryWorkflow:
             attributed = await self._attribute(evidence, deadline=decision_deadline)
             verdict = attributed.verdict
             self._set_phase(Phase.DECIDING)
-            advice = self._decide(verdict, failed.model_copy(update={"requeue_allowed": current.requeue_allowed}), attributed, incident)
+            guard: GuardAnswer | None = None
+            if workflow.patched(SYSTEMIC_GUARD):
+                guard = await self._ask_guard(verdict, failed, attributed.own_hosts, deadline=decision_deadline)
+            advice = self._decide(
+                verdict, failed.model_copy(update={"requeue_allowed": current.requeue_allowed}), attributed, incident,
+                guard=guard,
+            )
             if collected.array is not None and workflow.patched(ARRAY_GUARD):
                 advice = array_guard(advice, verdict, failed, collected.array, attributed.recent_failures)
         except _Watchdog as dog:
@@ -592,11 +693,25 @@ class JobRecoveryWorkflow:
         except ActivityError as exc:
             raise _Watchdog("attribute", _cause(exc)) from exc
 
-    def _decide(self, verdict: Verdict, job: JobInfo, attributed: AttributeOutput, incident: str) -> Advice:
+    def _decide(
+        self, verdict: Verdict, job: JobInfo, attributed: AttributeOutput, incident: str, *, guard: GuardAnswer | None
+    ) -> Advice:
         now = workflow.now()
-        failures = [(f.job_id, f.at, f.category, f.hosts) for f in attributed.recent_failures]
-        failures.append((job.job_id, now, verdict.category.value, verdict.implicated.hosts))
-        systemic = systemic_view(failures, now=now, config=self._inp.policy)
+        systemic = None
+        if not workflow.patched(SYSTEMIC_GUARD):  # before the guard: a count of recent failures
+            failures = [(f.job_id, f.at, f.category, f.hosts) for f in attributed.recent_failures]
+            failures.append((job.job_id, now, verdict.category.value, verdict.implicated.hosts))
+            systemic = systemic_view(failures, now=now, config=self._inp.policy)
+        hold = SystemicHold(event_id=guard.event_id, reason=guard.reason) if guard and guard.event_id else None
+        nodes = None
+        if workflow.patched(SYSTEMIC_GUARD):
+            # without an answer: no lemons, no placement check, but dead nodes still kept out
+            nodes = NodeLimits(
+                lemons=guard.lemons if guard else [],
+                drain=guard.drain if guard else [],
+                partition_nodes=guard.partition_nodes if guard else [],
+                unavailable=guard.unavailable if guard else [],
+            )
         advice = decide(
             verdict,
             job,
@@ -604,10 +719,54 @@ class JobRecoveryWorkflow:
             self._inp.policy,
             now=now,
             systemic=systemic,
+            systemic_hold=hold,
+            nodes=nodes,
             max_attempts_override=self._inp.opt_in.max_attempts,
             slurm_requeued=incident == "slurm_requeue",
         )
         return advice
+
+    async def _ask_guard(
+        self, verdict: Verdict, failed: JobInfo, own_hosts: list[str] | None, *, deadline: datetime
+    ) -> GuardAnswer | None:
+        """Report the failure to the cluster's systemic guard and wait, bounded, for its answer (None: none came)."""
+        n = self._state.incidents
+        self._guard_event = None
+        policy = self._inp.policy
+        first = verdict.evidence[0].pattern_id if verdict.evidence else None
+        report = FailureReport(
+            workflow_id=workflow.info().workflow_id,
+            job_id=self._inp.key.job_id,
+            incident=n,
+            category=verdict.category,
+            signature=cause_signature(verdict.deterministic_signature, first),
+            hosts=sorted(set(verdict.implicated.hosts if own_hosts is None else own_hosts)),
+            gpus=sorted(set(verdict.implicated.gpus)),
+            nodes=list(failed.nodes),
+            num_nodes=failed.num_nodes or max(1, len(failed.nodes)),
+            excluded_nodes=list(failed.excluded_nodes),
+        )
+        guard = GuardInput(cluster=self._inp.key.cluster, scheduler_queue=self._inp.scheduler_queue, policy=policy)
+        left = deadline - workflow.now()
+        wait = min(left - timedelta(seconds=2), timedelta(seconds=policy.systemic_settle_s + GUARD_ANSWER_MARGIN_S))
+        if wait <= timedelta(seconds=1):
+            return None
+        try:
+            await workflow.execute_activity(
+                GuardNames.REPORT_FAILURE,
+                ReportFailureInput(guard_id=guard_workflow_id(self._inp.key.cluster), guard=guard, report=report),
+                start_to_close_timeout=timedelta(seconds=10),
+                schedule_to_close_timeout=wait,
+                retry_policy=SCHEDULER_RETRY,
+            )
+            await workflow.wait_condition(lambda: n in self._guard_answers, timeout=max(timedelta(seconds=1), wait))
+        except (ActivityError, asyncio.TimeoutError) as exc:
+            self._note("systemic", f"no answer from the systemic guard ({type(exc).__name__}): handled on its own")
+            return None
+        answer = self._guard_answers.pop(n)
+        self._guard_answers = {k: v for k, v in self._guard_answers.items() if k > n}
+        self._guard_event = answer.event_id
+        return answer
 
     async def _act(
         self,
@@ -645,6 +804,11 @@ class JobRecoveryWorkflow:
                 if held.job is not None:
                     self._state.own_restarts_upto = max(self._state.own_restarts_upto, held.job.restarts)
             self._note("hold", f"job held: {advice.reason}")
+            if advice.rule == "systemic_hold" and workflow.patched(SYSTEMIC_GUARD) and self._state.holding:
+                self._state.systemic_event = self._guard_event
+                self._state.held_since = workflow.now()
+                if self._guard_event in self._events_ended:  # the event ended while the hold was being placed
+                    self._state.release_order = self._events_ended[self._guard_event]
             self._set_phase(Phase.WATCHING)
             return False
 
@@ -776,6 +940,8 @@ class JobRecoveryWorkflow:
                 await self._audit(EventType.WATCHDOG, job=job, outcome=f"{why}; releasing the hold failed: {dog.cause}",
                                   key_suffix="halt")
         self._state.awaiting_restart = False
+        self._state.systemic_event = None
+        self._state.release_order = None
         self._set_phase(Phase.WATCHING)
 
     async def _watchdog(self, job: JobInfo, dog: _Watchdog, held_by_us: bool) -> None:

@@ -59,6 +59,7 @@ class SignalNames:
     RESUME = "resume"
     STOP = "stop"
     SET_MODE = "set-mode"
+    RELEASE = "release"  # an operator releases jobmedic's systemic hold of the job (`jobmedic release JOB`)
 
 
 class QueryNames:
@@ -186,6 +187,11 @@ class JobRecoveryState(Contract):
     audit_refusals: int = 0  # times the store refused a batch for good (it is sent again later)
     handled: list[str] = Field(default_factory=list)  # incidents already handled, "<kind>:r<restarts>"
     straggler_restarts: int = 0  # restarts jobmedic made for stragglers (workflows/straggler_policy.py)
+    # the systemic event jobmedic holds the job for (workflows/systemic_guard.py), since when, and a release
+    # that was ordered (by the guard, an operator, or the hold's own bound) and not yet carried out
+    systemic_event: str | None = None
+    held_since: datetime | None = None
+    release_order: str | None = None
 
 
 JobRecoveryInput.model_rebuild()
@@ -211,6 +217,7 @@ class JobStatus(Contract):
     job_state: str = ""
     restarts: int = 0
     audit_backlog: int = 0  # audit entries waiting for the store (it is down or refusing them)
+    systemic_event: str | None = None  # the systemic event jobmedic holds the job for
 
 
 class CollectEvidenceInput(Contract):
@@ -276,6 +283,9 @@ class RecentFailure(Contract):
 class AttributeOutput(Contract):
     verdict: Verdict
     recent_failures: list[RecentFailure] = Field(default_factory=list)
+    # hosts the job's own evidence implicates, without the cluster-wide view (other jobs' failures on its
+    # nodes): the systemic guard's "node-specific evidence". None: not computed (older worker)
+    own_hosts: list[str] | None = None
 
 
 class JobActionInput(Contract):
@@ -296,5 +306,7 @@ class WatchInput(Contract):
     cluster: str
     poll_interval_s: float = 15.0
     scheduler_queue: str | None = None  # None: the default name for the cluster
+    # the watch state (activities.watch.WatchState, as data) the previous run handed over when it continued as new
+    resume_state: dict | None = None
 
 

@@ -20,10 +20,13 @@ Gates, whatever the category:
  2. nothing_wrong: category none -> NOTHING.
  3. preempted_leave_to_slurm: category preempted -> LEAVE_TO_SLURM (the
     scheduler's business; spends no budget).
- 4. systemic_hold: a shared-infrastructure category while at least
-    config.systemic_jobs distinct jobs (this one included) failed on shared
-    infrastructure within config.systemic_window_s -> HOLD, so that an outage
-    does not burn every job's retries.
+ 4. systemic_hold: the cluster's systemic guard found this failure part of a
+    systemic event, a cause several jobs share (`workflows.systemic` is the
+    spec) -> HOLD, so that an outage does not burn every job's retries; the
+    guard releases the hold when the cause clears. (Histories from before the
+    guard pass `systemic` instead: a shared-infrastructure category while at
+    least config.systemic_jobs distinct jobs failed on shared infrastructure
+    within config.systemic_window_s.)
  5. attempt_budget: this failure is the max_attempts-th within
     config.attempts_window_s -> STOP. max_attempts is `max_attempts_override`,
     else the job's opt-in `max_attempts`, else config.max_attempts.
@@ -58,9 +61,21 @@ Restarts:
 17. app_error_restart: app_error (first of its kind) -> RESTART.
 18. unknown_cause_restart: anything else -> RESTART, excluding nothing.
 
-Exclusion lists only ever hold hosts the current verdict implicates; STOP,
-HOLD, NOTHING and LEAVE_TO_SLURM never carry exclude or drain lists, except
-the one below.
+Exclusion lists of the rules only ever hold hosts the current verdict
+implicates; STOP, HOLD, NOTHING and LEAVE_TO_SLURM never carry exclude or
+drain lists, except the ones below.
+
+Node limits, applied to a restart when the guard gave them (`nodes`):
+- `+dead_node`: nodes that died under the job in an earlier attempt
+  (`history.dead_nodes`) are excluded again: a node death is tracked across
+  attempts, whoever requeued the job.
+- `+lemon`: the guard's lemon nodes (implicated in failures of several jobs)
+  are excluded too; drained as well when config.lemon_drain and the guard
+  allowed the drain within its caps.
+- `+placement`: never so many that the job no longer fits: a node is added
+  only while the job's partition keeps at least the job's node count usable
+  (not excluded, not down or drained). This failure's own hosts come first,
+  then dead nodes, then lemons; a node left out is named in the reason.
 
 Scheduler constraints, applied to the advice of the rules (the rule id gets a
 suffix, the reason says why):
@@ -84,6 +99,7 @@ from pydantic import Field
 
 from workflows.contracts import Advice, AdviceAction, Category, Contract, JobInfo, PolicyConfig, Verdict
 from workflows.history import JobHistory, as_utc
+from workflows.systemic import SHARED_INFRA_CATEGORIES
 
 
 class Rule(StrEnum):
@@ -119,26 +135,27 @@ class Rule(StrEnum):
 HARDWARE_CATEGORIES = frozenset({Category.GPU_HARDWARE, Category.INTERCONNECT, Category.NODE_FAILURE})
 NCCL_CATEGORIES = frozenset({Category.NCCL_TIMEOUT, Category.NCCL_ERROR})
 OOM_CATEGORIES = frozenset({Category.GPU_OOM, Category.HOST_OOM})
-# Categories whose cause can be infrastructure several jobs share (fabric,
-# file systems, nodes, drivers). The job's own errors, memory use, time limit
-# and the scheduler's preemptions say nothing about shared infrastructure.
-SHARED_INFRA_CATEGORIES = frozenset(
-    {
-        Category.NCCL_TIMEOUT,
-        Category.NCCL_ERROR,
-        Category.CUDA_ERROR,
-        Category.GPU_HARDWARE,
-        Category.INTERCONNECT,
-        Category.HANG,
-        Category.NODE_FAILURE,
-        Category.DATA_IO,
-    }
-)
 _RESTARTS = frozenset({AdviceAction.RESTART, AdviceAction.RESTART_EXCLUDE, AdviceAction.RESTART_DRAIN})
 
 
+class SystemicHold(Contract):
+    """The systemic guard's finding: this failure is part of systemic event `event_id`."""
+
+    event_id: str
+    reason: str = ""
+
+
+class NodeLimits(Contract):
+    """What the guard tells about nodes for a restart: lemons, and what the job's partition can spare."""
+
+    lemons: list[str] = Field(default_factory=list)  # most suspicious first
+    drain: list[str] = Field(default_factory=list)  # lemons the guard allows to drain
+    partition_nodes: list[str] = Field(default_factory=list)  # empty: unknown, no placement check
+    unavailable: list[str] = Field(default_factory=list)  # down or drained now
+
+
 class SystemicView(Contract):
-    """Shared-infrastructure failures across the cluster within the systemic window."""
+    """Shared-infrastructure failures across the cluster within the systemic window (before the guard)."""
 
     window_s: float = 0.0
     job_ids: list[str] = Field(default_factory=list)  # distinct, sorted
@@ -192,6 +209,7 @@ class _Facts:
     history: JobHistory
     config: PolicyConfig
     systemic: SystemicView | None
+    systemic_hold: SystemicHold | None
     hosts: tuple[str, ...]  # implicated by this verdict, distinct and sorted
     max_attempts: int
     attempts_in_window: int  # this one included
@@ -212,6 +230,7 @@ def _facts(
     *,
     now: datetime,
     systemic: SystemicView | None,
+    systemic_hold: SystemicHold | None,
     max_attempts_override: int | None,
 ) -> _Facts:
     opt_in = job.opt_in.opt_in
@@ -228,6 +247,7 @@ def _facts(
         history=history,
         config=config,
         systemic=systemic,
+        systemic_hold=systemic_hold,
         hosts=tuple(sorted({h for h in verdict.implicated.hosts if h})),
         max_attempts=max_attempts,
         attempts_in_window=history.recent_attempts(now=now, window_s=config.attempts_window_s) + 1,
@@ -299,6 +319,13 @@ def _preempted(f: _Facts) -> _Outcome:
 
 
 def _systemic_hold(f: _Facts) -> _Outcome:
+    if f.systemic_hold is not None:
+        return _advice(
+            AdviceAction.HOLD,
+            Rule.SYSTEMIC_HOLD,
+            f"part of systemic event {f.systemic_hold.event_id}: {f.systemic_hold.reason}; holding instead of "
+            "spending retries until the cause clears",
+        )
     if f.systemic is None or f.category not in SHARED_INFRA_CATEGORIES:
         return None
     jobs = sorted({*f.systemic.job_ids, f.job.job_id})
@@ -494,6 +521,8 @@ def decide(
     *,
     now: datetime,
     systemic: SystemicView | None = None,
+    systemic_hold: SystemicHold | None = None,
+    nodes: NodeLimits | None = None,
     max_attempts_override: int | None = None,
     slurm_requeued: bool = False,
 ) -> Advice:
@@ -505,8 +534,11 @@ def decide(
         history: the job's history before this incident is recorded.
         config: the cluster's policy knobs.
         now: workflow time, for the attempt window.
-        systemic: recent shared-infrastructure failures across the cluster;
-            None when unknown (the systemic rule then never fires).
+        systemic: recent shared-infrastructure failures across the cluster,
+            as histories from before the systemic guard counted them.
+        systemic_hold: the guard found this failure part of a systemic event.
+        nodes: lemons and the job's partition, from the guard; None: no node
+            limits (no dead-node, lemon or placement handling).
         max_attempts_override: an attempt budget that beats the job's opt-in
             and the config.
         slurm_requeued: Slurm requeued the job itself after this failure.
@@ -515,13 +547,67 @@ def decide(
         The advice, with the rule that fired and a reason an operator can read.
     """
     facts = _facts(
-        verdict, job, history, config, now=now, systemic=systemic, max_attempts_override=max_attempts_override
+        verdict, job, history, config, now=now, systemic=systemic, systemic_hold=systemic_hold,
+        max_attempts_override=max_attempts_override,
     )
     for rule in _RULES:
         advice = rule(facts)
         if advice is not None:
+            if nodes is not None and advice.action in _RESTARTS:
+                advice = node_limits(advice, job, history, nodes, config)
             return _scheduler_constraints(advice, job, slurm_requeued=slurm_requeued)
     raise AssertionError("unreachable: the last rule always advises")
+
+
+def node_limits(advice: Advice, job: JobInfo, history: JobHistory, limits: NodeLimits, config: PolicyConfig) -> Advice:
+    """A restart's exclusions with dead nodes and lemons added, within what the partition can spare."""
+    already = set(job.excluded_nodes) | set(history.excluded_nodes)
+    partition = set(limits.partition_nodes)
+    usable = partition - already - set(limits.unavailable)
+    need = max(1, job.num_nodes or 1)
+    kept: list[str] = []
+    added: dict[str, list[str]] = {"dead_node": [], "lemon": []}
+    dropped: list[str] = []
+    wanted = [(h, None) for h in advice.exclude_nodes]
+    wanted += [(h, "dead_node") for h in history.dead_nodes]
+    wanted += [(h, "lemon") for h in limits.lemons]
+    for host, why in wanted:
+        if host in kept:
+            continue
+        if host in already:
+            kept.append(host)  # excluded already: it costs the placement nothing more
+            continue
+        if partition and host in usable and len(usable) - 1 < need:
+            dropped.append(host)
+            continue
+        usable.discard(host)
+        kept.append(host)
+        if why is not None:
+            added[why].append(host)
+    if not any(added.values()) and not dropped:
+        return advice
+    rule, reason = advice.rule, advice.reason
+    for why, hosts in added.items():
+        if hosts:
+            rule += f"+{why}"
+            what = "died under the job before" if why == "dead_node" else "a lemon node (several jobs failed on it)"
+            reason += f"; also without {', '.join(sorted(hosts))}: {what}"
+    if dropped:
+        rule += "+placement"
+        reason += (
+            f"; not excluding {', '.join(sorted(dropped))}: the job needs {need} node(s) and its partition would "
+            "have too few left"
+        )
+    exclude = sorted(set(kept))
+    drain = set(advice.drain_nodes)
+    if config.lemon_drain:
+        drain |= {h for h in added["lemon"] if h in limits.drain}
+    drain &= set(exclude)
+    if drain:
+        action = AdviceAction.RESTART_DRAIN
+    else:
+        action = AdviceAction.RESTART_EXCLUDE if exclude else AdviceAction.RESTART
+    return Advice(action=action, rule=rule, reason=reason, exclude_nodes=exclude, drain_nodes=sorted(drain))
 
 
 def _scheduler_constraints(advice: Advice, job: JobInfo, *, slurm_requeued: bool) -> Advice:
