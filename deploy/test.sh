@@ -14,6 +14,9 @@ bash "$DEPLOY/up.sh"
 t2=$(now)
 cd "$REPO"
 rc=0
+if [ $# -eq 0 ]; then  # the whole run: lint first (pyflakes, syntax), in seconds
+    "$REPO/.venv/bin/ruff" check . || { echo "[test] ruff found problems (above); fix them and rerun"; exit 1; }
+fi
 "$REPO/.venv/bin/pytest" "$@" || rc=$?
 t3=$(now)
 echo "[test] bootstrap $(secs "$t0" "$t1"), stack up $(secs "$t1" "$t2"), pytest $(secs "$t2" "$t3")" \
