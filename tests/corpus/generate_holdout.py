@@ -227,7 +227,7 @@ case("gpu_oom_nccl_warn_json", [
 # ------------------------------------------------------------------------------------- gpu_hardware
 HG = ["sc-gpu-r07-n1", "sc-gpu-r07-n2", "sc-gpu-r07-n3", "sc-gpu-r07-n4"]
 lines = [*noise_nemo(6)]
-lines += [f"sc-gpu-r07-n3: [Thu Oct  3 01:02:03 2024] NVRM: Xid (PCI:0000:c1:00): 79, pid=4410, name=pt_main_thread, GPU has fallen off the bus."]
+lines += ["sc-gpu-r07-n3: [Thu Oct  3 01:02:03 2024] NVRM: Xid (PCI:0000:c1:00): 79, pid=4410, name=pt_main_thread, GPU has fallen off the bus."]
 lines += [f"[rank{r}]:[E1003 01:12:03.{R.randint(100000, 999999)} {R.randint(100, 999)} ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=311, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600700 milliseconds before timing out." for r in range(0, 32, 5)]
 case("gpu_hardware_pdsh_dmesg_xid79", lines, "gpu_hardware", "hardware", ["sc-gpu-r07-n3"], layout=f"{','.join(HG)}:8")
 

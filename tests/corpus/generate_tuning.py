@@ -13,7 +13,6 @@ generate_holdout.py and is never used to tune patterns or rules.
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
