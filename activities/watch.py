@@ -63,6 +63,7 @@ from activities.detection.progress import (
 from activities.detection.rank_timing import RankTiming, keep_recent, parse_rank_timings
 from activities.detection.straggler import culprit_window, detect_slowdown, straggler_culprit
 from activities.screening import LogScreen, ScreenOutcome
+from activities.watch_wake import PollWaker
 from workflows.contracts import (
     AuditEntry,
     EventType,
@@ -221,19 +222,23 @@ class WatchActivities:
         )
 
     @activity.defn(name=ActivityNames.WATCH_CLUSTER)
-    async def watch_cluster(self, inp: WatchInput) -> None:
+    async def watch_cluster(self, inp: WatchInput) -> dict | None:
         """Poll until cancelled; each poll heartbeats the state so a new worker resumes from it."""
         details = activity.info().heartbeat_details
-        state = WatchState.model_validate(details[0]) if details else WatchState()
+        # a retry's details are newer than the state the previous run handed over (workflows/cluster_watch.py)
+        state = WatchState.model_validate(details[0] if details else inp.resume_state or {})
         if details:
             logger.info("watch of {} resumes with {} known jobs", inp.cluster, len(state.jobs))
+        waker = PollWaker.for_this_activity(self._client)  # Slurm's hooks can bring the next poll forward
         while True:
             try:
                 await self.poll_once(state)
             except JobmedicError as exc:
                 logger.warning("poll of cluster {} failed: {} (retrying next interval)", inp.cluster, exc)
             activity.heartbeat(state.model_dump(mode="json"))
-            await asyncio.sleep(inp.poll_interval_s)
+            await waker.wait(state, inp.poll_interval_s)
+            if waker.handover_asked:  # the watch workflow continues as new with this state
+                return state.model_dump(mode="json")
 
     async def poll_once(self, state: WatchState) -> list[JobObservation]:
         """One pass over every opted-in job; returns the observations it signalled."""

@@ -17,10 +17,12 @@ from workers.logs import configure_logging
 from workers.settings import load_settings
 
 # module names under workers/commands, in the order `--help` lists them
-COMMANDS = ["config", "slurm", "recovery", "release", "demo", "audit", "timeline", "analyze", "report", "scorecard", "check"]
+COMMANDS = ["config", "slurm", "recovery", "release", "demo", "audit", "timeline", "analyze", "report", "scorecard", "check", "notify"]
+# commands slurmctld runs (EpilogSlurmctld, strigger) and waits for: they load only themselves
+FAST_COMMANDS = {"notify"}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(*, only: list[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jobmedic",
         description=(
@@ -30,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_global_options(parser, default=None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
+    for name in only or COMMANDS:
         importlib.import_module(f"workers.commands.{name}").register(sub)
     for command in _subcommands(parser):
         # also after the subcommand (`jobmedic config show --config F`); SUPPRESS: an option given
@@ -59,8 +61,19 @@ def _subcommands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParse
     return found
 
 
+def _fast_command(argv: list[str]) -> list[str] | None:
+    """[the command] when it is one of FAST_COMMANDS (global options may come first), else None."""
+    words = iter(argv)
+    for word in words:
+        if word in ("--config", "--log-level"):
+            next(words, None)
+        elif not word.startswith("-"):
+            return [word] if word in FAST_COMMANDS else None
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(only=_fast_command(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
         parser.print_help()
@@ -69,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings(args.config)
     except ConfigError as exc:
         print(f"jobmedic: {exc}", file=sys.stderr)
-        return 2
+        on_error = getattr(args, "on_config_error", None)  # `notify` exits 0: slurmctld must not see our errors
+        return on_error(args) if on_error else 2
     configure_logging(args.log_level or settings.log_level)
     try:
         return int(args.handler(args, settings) or 0)

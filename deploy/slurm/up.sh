@@ -13,6 +13,8 @@
 #   JOBMEDIC_SLURM_GRACE_S     a node killed by node-ctl.sh or drained/downed less than this many
 #                              seconds ago is left alone: a test is probably using it (default 120)
 #   JOBMEDIC_SLURM_KEEP_STATE=1  keep jobs of an earlier slurmctld run (default: start empty)
+#   JOBMEDIC_SLURM_EPILOG_SLURMCTLD  absolute path of an EpilogSlurmctld program (default: none), e.g. a
+#                              wrapper that runs `jobmedic notify job-end` (docs/operations.md)
 # Writes $JOBMEDIC_STACK_DIR/slurm.json and `export SLURM_CONF=...` into $JOBMEDIC_STACK_DIR/env.sh.
 set -euo pipefail
 SERVICE=slurm
@@ -27,6 +29,8 @@ CPUS=${JOBMEDIC_SLURM_CPUS:-4}
 CTLD_PORT=${JOBMEDIC_SLURM_CTLD_PORT:-16817}
 BASE_PORT=${JOBMEDIC_SLURM_BASE_PORT:-17000}
 GRACE=${JOBMEDIC_SLURM_GRACE_S:-120}
+EPILOG_SLURMCTLD=${JOBMEDIC_SLURM_EPILOG_SLURMCTLD:-}
+[ -z "$EPILOG_SLURMCTLD" ] || [[ $EPILOG_SLURMCTLD == /* ]] || die "JOBMEDIC_SLURM_EPILOG_SLURMCTLD must be an absolute path"
 export SLURM_CONF=$LAB/etc/slurm.conf
 USABLE='^(idle|alloc|mix|comp)$'
 lock_service
@@ -108,6 +112,12 @@ MinJobAge=600
 # a node an admin set DOWN stays DOWN until State=RESUME
 ReturnToService=1
 JobRequeue=1
+EOF
+    if [ -n "$EPILOG_SLURMCTLD" ]; then
+        echo "# slurmctld runs this when a job ends (and when it is requeued), SLURM_JOB_* in its environment"
+        echo "EpilogSlurmctld=$EPILOG_SLURMCTLD"
+    fi
+    cat <<EOF
 # CPUs= below may exceed the host's real cores
 SlurmdParameters=config_overrides
 EOF

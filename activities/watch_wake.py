@@ -1,0 +1,138 @@
+"""How the cluster watch's poll loop waits: the interval, or less when Slurm poked the watch.
+
+`jobmedic notify` (EpilogSlurmctld, strigger) signals `poke` to the watch
+workflow; the workflow keeps the last pokes and answers the `pokes` query. While
+the activity waits for its next poll it asks that query every `CHECK_EVERY_S`
+(cheap: a query is answered from the workflow's cached state and adds no
+history), and a new poke ends the wait at once. The poll that follows is the
+normal one (one batched scheduler query for every job), so a poke changes when
+the watch looks, never what it sees or what it signals.
+
+Slurm runs EpilogSlurmctld while the job is still COMPLETING (22.05, observed:
+`squeue --json` says COMPLETING until the epilog has exited), so a poll right
+after a job-end poke may see the job before its final state. A poked job that
+the poll saw RUNNING or COMPLETING is polled again every `REPOLL_EVERY_S`, for at
+most `SETTLE_S`; then the interval poll takes over.
+
+The same answer carries the workflow's request to hand over (`handover_asked`):
+the activity then returns its state and the workflow continues as new with it
+(workflows/cluster_watch.py), so that pokes cannot grow one run's history for
+ever.
+
+Whatever goes wrong with the channel (an older workflow without the query, the
+workflow's worker away, Temporal slow), the wait falls back to the plain
+interval for `QUIET_AFTER_ERROR_S`: the poll stays the safety net.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Protocol
+
+from loguru import logger
+from temporalio import activity
+from temporalio.client import Client
+
+from workflows.cluster_watch import PokesSince, WatchNames, WatchPoke
+
+CHECK_EVERY_S = 0.5  # how often a waiting watch asks for new pokes
+REPOLL_EVERY_S = 0.5  # a poked job not finished yet (still in its epilog) is polled again this soon
+SETTLE_S = 10.0  # ... for at most this long after its poke
+QUERY_TIMEOUT_S = 2.0
+QUIET_AFTER_ERROR_S = 30.0  # after a failed query, the channel is left alone this long
+FRESH_S = 60.0  # pokes older than this, found by a freshly started activity, are already covered
+_NOT_SETTLED = {"RUNNING", "COMPLETING"}
+
+
+class WatchedJobs(Protocol):
+    """What the waiter reads of the watch state: each watched job's id and last seen state."""
+
+    @property
+    def jobs(self) -> dict: ...
+
+
+class PollWaker:
+    """Waits for the watch's next poll; one per running watch activity (its memory is not durable:
+    a restarted activity polls at once anyway)."""
+
+    def __init__(
+        self,
+        client: Client,
+        workflow_id: str,
+        *,
+        check_every_s: float = CHECK_EVERY_S,
+        monotonic: Callable[[], float] = time.monotonic,
+        now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+    ) -> None:
+        self._handle = client.get_workflow_handle(workflow_id)
+        self._check_every_s = check_every_s
+        self._monotonic = monotonic
+        self._now = now
+        self._seen: int | None = None  # number of the newest poke taken (None: not asked yet)
+        self._settling: dict[str, float] = {}  # poked job id -> until when it is polled again early
+        self._quiet_until = 0.0
+        self.handover_asked = False  # the workflow wants the state back, to continue as new with it
+
+    @classmethod
+    def for_this_activity(cls, client: Client) -> PollWaker:
+        return cls(client, activity.info().workflow_id)
+
+    async def wait(self, state: WatchedJobs, interval_s: float) -> list[WatchPoke]:
+        """Sleep until the next poll is due: `interval_s` from now, or sooner; returns the pokes that woke it."""
+        self._settle(state)
+        due = self._monotonic() + interval_s
+        if self._settling:
+            due = min(due, self._monotonic() + REPOLL_EVERY_S)
+        while (left := due - self._monotonic()) > 0:
+            pokes = await self._new_pokes()
+            if pokes or self.handover_asked:
+                return pokes
+            await asyncio.sleep(min(self._check_every_s, left))
+        return []
+
+    def _settle(self, state: WatchedJobs) -> None:
+        """After a poll: keep re-polling early only for poked jobs the poll saw still running or completing."""
+        if not self._settling:
+            return
+        now = self._monotonic()
+        states = {w.job_id: w.state for w in state.jobs.values()}
+        self._settling = {
+            job_id: until for job_id, until in self._settling.items()
+            if until > now and states.get(job_id) in _NOT_SETTLED
+        }
+
+    async def _new_pokes(self) -> list[WatchPoke]:
+        if self._monotonic() < self._quiet_until:
+            return []
+        try:
+            answer: PokesSince = await self._handle.query(
+                WatchNames.POKES, self._seen or 0, result_type=PokesSince,
+                rpc_timeout=timedelta(seconds=QUERY_TIMEOUT_S),
+            )
+        except Exception as exc:  # noqa: BLE001 - the channel only makes the watch faster; the poll goes on
+            self._quiet_until = self._monotonic() + QUIET_AFTER_ERROR_S
+            logger.info("the watch's wake-up channel did not answer ({}); polling on the interval for {:.0f} s",
+                        exc, QUIET_AFTER_ERROR_S)
+            return []
+        if answer.handover and not self.handover_asked:
+            logger.info("the watch workflow asks for a handover (its history is long): returning the state to it")
+            self.handover_asked = True
+        pokes = answer.pokes
+        if self._seen is None:  # a fresh activity: its first poll already covered older pokes
+            horizon = self._now() - timedelta(seconds=FRESH_S)
+            pokes = [p for p in pokes if p.sent_at is not None and _utc(p.sent_at) >= horizon]
+        self._seen = answer.seq
+        until = self._monotonic() + SETTLE_S
+        for poke in pokes:
+            logger.info("watch poked by {} (jobs {}, nodes {}{}): polling now", poke.source or "?",
+                        ",".join(poke.job_ids) or "-", ",".join(poke.nodes) or "-",
+                        f"; {poke.detail}" if poke.detail else "")
+            self._settling.update({job_id: until for job_id in poke.job_ids})
+        return pokes
+
+
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value

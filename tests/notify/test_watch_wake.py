@@ -1,0 +1,135 @@
+"""The watch's wait between polls: the interval, cut short by a poke, re-polled while a poked job completes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from activities import watch_wake
+from activities.watch import WatchedJob, WatchState
+from activities.watch_wake import PollWaker
+from workflows.cluster_watch import PokesSince, WatchPoke
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+
+
+@dataclass
+class Clock:
+    t: float = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@dataclass
+class Watch:
+    """The watch workflow's `pokes` query; `pokes` arrive at given clock times."""
+
+    clock: Clock
+    schedule: list[tuple[float, WatchPoke]] = field(default_factory=list)
+    fail: bool = False
+    asked: int = 0
+
+    async def query(self, name, after, *, result_type, rpc_timeout):
+        self.asked += 1
+        if self.fail:
+            raise RuntimeError("query failed: unknown queryType pokes")
+        arrived = [p for t, p in self.schedule if t <= self.clock.t]
+        return PokesSince(seq=len(arrived), pokes=arrived[after:])
+
+
+@dataclass
+class Client:
+    watch: Watch
+
+    def get_workflow_handle(self, wid):
+        return self.watch
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    clock = Clock()
+
+    async def sleep(seconds: float) -> None:
+        clock.t += seconds
+
+    monkeypatch.setattr(watch_wake.asyncio, "sleep", sleep)
+    return clock
+
+
+def waker(clock: Clock, watch: Watch) -> PollWaker:
+    return PollWaker(Client(watch), "jobmedic-watch-c1", monotonic=clock, now=lambda: NOW)
+
+
+def state(**jobs: str) -> WatchState:
+    return WatchState(jobs={f"wf-{j}": WatchedJob(workflow_id=f"wf-{j}", job_id=j, state=s) for j, s in jobs.items()})
+
+
+def poke(*job_ids: str, at: datetime = NOW, source: str = "job-end") -> WatchPoke:
+    return WatchPoke(source=source, job_ids=list(job_ids), sent_at=at)
+
+
+async def test_without_pokes_it_waits_the_interval(clock: Clock) -> None:
+    watch = Watch(clock)
+    assert await waker(clock, watch).wait(state(), 15.0) == []
+    assert clock.t == pytest.approx(1015.0)
+    assert watch.asked == 30  # every half second: cheap, and the workflow's history does not grow
+
+
+async def test_a_poke_ends_the_wait_within_half_a_second(clock: Clock) -> None:
+    watch = Watch(clock, schedule=[(1003.2, poke("7"))])
+    woke = await waker(clock, watch).wait(state(), 15.0)
+    assert [p.job_ids for p in woke] == [["7"]]
+    assert 1003.2 <= clock.t <= 1003.7
+
+
+async def test_a_poked_job_still_completing_is_polled_again_soon_then_left_to_the_interval(clock: Clock) -> None:
+    watch = Watch(clock, schedule=[(1001.0, poke("7"))])
+    w = waker(clock, watch)
+    assert await w.wait(state(), 15.0)  # poked
+    t = clock.t
+    assert await w.wait(state(**{"7": "COMPLETING"}), 15.0) == []  # the poll saw it in its epilog
+    assert clock.t == pytest.approx(t + 0.5)
+    t = clock.t
+    assert await w.wait(state(**{"7": "FAILED"}), 15.0) == []  # settled: back to the interval
+    assert clock.t == pytest.approx(t + 15.0)
+
+
+async def test_a_job_that_never_settles_is_re_polled_for_a_bounded_time(clock: Clock) -> None:
+    watch = Watch(clock, schedule=[(1000.0, poke("7"))])
+    w = waker(clock, watch)
+    await w.wait(state(), 15.0)
+    start, polls = clock.t, 0
+    while clock.t - start < 30:
+        await w.wait(state(**{"7": "RUNNING"}), 15.0)
+        polls += 1
+    assert polls <= watch_wake.SETTLE_S / watch_wake.REPOLL_EVERY_S + 3
+
+
+async def test_a_fresh_activity_ignores_pokes_its_first_poll_already_covered(clock: Clock) -> None:
+    old = poke("1", at=NOW - timedelta(minutes=10))
+    watch = Watch(clock, schedule=[(0.0, old), (1002.0, poke("2"))])
+    woke = await waker(clock, watch).wait(state(), 15.0)
+    assert [p.job_ids for p in woke] == [["2"]]
+
+
+async def test_a_broken_channel_falls_back_to_the_interval(clock: Clock) -> None:
+    watch = Watch(clock, fail=True)
+    assert await waker(clock, watch).wait(state(), 15.0) == []
+    assert clock.t == pytest.approx(1015.0)
+    assert watch.asked == 1  # left alone for QUIET_AFTER_ERROR_S, not asked twice a second
+
+
+async def test_a_handover_request_ends_the_wait(clock: Clock) -> None:
+    class Handing(Watch):
+        async def query(self, name, after, *, result_type, rpc_timeout):
+            answer = await super().query(name, after, result_type=result_type, rpc_timeout=rpc_timeout)
+            answer.handover = self.clock.t >= 1002.0
+            return answer
+
+    w = waker(clock, Handing(clock))
+    assert await w.wait(state(), 15.0) == []
+    assert w.handover_asked
+    assert clock.t <= 1002.5
