@@ -27,7 +27,9 @@ From the audit trail (all labelled by `cluster`):
   (every `advice`: the verdict's category, so this is also detections by category once
   attributed; `unattributed` when the entry has none), `jobmedic_actions_requested_total{action}`,
   `jobmedic_actions_total{action,outcome}` (every `action_confirmed`; outcome `changed` or
-  `already_in_effect`, as the scheduler answered), `jobmedic_watchdog_firings_total{released}`
+  `already_in_effect`, as the scheduler answered), `jobmedic_systemic_events_total{what}` (the
+  systemic guard's `systemic_event` entries: `alert`, `release`), `jobmedic_lemon_nodes_total{what}`
+  (`lemon`, `cleared`, `cap`), `jobmedic_watchdog_firings_total{released}`
   (`true` when the watchdog released a hold).
 
 From the cluster watch, when the worker hands the server a `WatchStats` (labelled by `cluster`):
@@ -169,6 +171,8 @@ def audit_families(entries: Iterable[AuditEntry]) -> list[Metric]:
     requested: Tally[tuple[str, ...]] = Tally()
     confirmed: Tally[tuple[str, ...]] = Tally()
     watchdog: Tally[tuple[str, ...]] = Tally()
+    systemic: Tally[tuple[str, ...]] = Tally()
+    lemons: Tally[tuple[str, ...]] = Tally()
     for e in entries:
         if e.event_type is EventType.DETECTION:
             kind = (e.detail or {}).get("incident")
@@ -182,6 +186,10 @@ def audit_families(entries: Iterable[AuditEntry]) -> list[Metric]:
             confirmed[e.cluster, e.action or "unknown", "changed" if changed else "already_in_effect"] += 1
         elif e.event_type is EventType.WATCHDOG:
             watchdog[e.cluster, "true" if e.action == "release" else "false"] += 1
+        elif e.event_type is EventType.SYSTEMIC_EVENT:
+            systemic[e.cluster, e.action or "unknown"] += 1
+        elif e.event_type is EventType.LEMON_NODE:
+            lemons[e.cluster, e.action or "unknown"] += 1
 
     def counter(name: str, help_text: str, labels: list[str], tally: Tally[tuple[str, ...]]) -> CounterMetricFamily:
         family = CounterMetricFamily(name, help_text, labels=["cluster", *labels])
@@ -200,6 +208,12 @@ def audit_families(entries: Iterable[AuditEntry]) -> list[Metric]:
                 ["action", "outcome"], confirmed),
         counter("jobmedic_watchdog_firings_total", "Watchdog firings; released: whether it released a hold (fail open).",
                 ["released"], watchdog),
+        counter("jobmedic_systemic_events_total",
+                "Systemic events of the guard, by what happened: alert (an event opened, its jobs held), release.",
+                ["what"], systemic),
+        counter("jobmedic_lemon_nodes_total",
+                "Lemon-node changes of the guard: lemon (declared), cleared, cap (a cap kept a node from being one).",
+                ["what"], lemons),
     ]
 
 

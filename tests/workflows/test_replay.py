@@ -19,6 +19,7 @@ from temporalio.worker import Replayer
 
 from workflows.cluster_watch import ClusterWatchWorkflow
 from workflows.job_recovery import JobRecoveryWorkflow
+from workflows.systemic_guard import SystemicGuardWorkflow
 from workflows.messages import JobObservation, JobRecoveryInput
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
@@ -32,7 +33,9 @@ def test_there_are_histories_to_replay() -> None:
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 async def test_history_replays_without_nondeterminism(path: Path) -> None:
     history = WorkflowHistory.from_json(path.stem, path.read_text())
-    replayer = Replayer(workflows=[JobRecoveryWorkflow, ClusterWatchWorkflow], data_converter=pydantic_data_converter)
+    replayer = Replayer(
+        workflows=[JobRecoveryWorkflow, ClusterWatchWorkflow, SystemicGuardWorkflow], data_converter=pydantic_data_converter
+    )
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure!r}"
 
