@@ -237,3 +237,37 @@ def test_node_limits(adv, num_nodes, excluded, dead, limits, config, expected) -
     history = JobHistory(dead_nodes=dead)
     out = node_limits(adv, job, history, limits, config)
     assert (out.action, sorted(out.exclude_nodes), out.drain_nodes, out.rule) == expected, out.reason
+
+
+# --------------------------------------------------------------------------- the rule, through decide()
+
+def _decide(category: Category, *, exit_code: int | None = 1, hold: bool = True, nodes: NodeLimits | None = None):
+    from workflows.contracts import Implicated, Verdict
+    from workflows.policy import SystemicHold, decide
+
+    verdict = Verdict(category=category, implicated=Implicated(hosts=["n1"]))
+    job = JobInfo(job_id="1", exit_code=exit_code, num_nodes=1)
+    return decide(verdict, job, JobHistory(), PolicyConfig(), now=T0,
+                  systemic_hold=SystemicHold(event_id="e1", reason="7 jobs failed alike") if hold else None,
+                  nodes=nodes)
+
+
+DECIDE = [
+    ("the guard's event holds the job", Category.NCCL_ERROR, 1, True, (AdviceAction.HOLD, "systemic_hold")),
+    ("the job's own 'do not restart' beats it", Category.NCCL_ERROR, 93, True,
+     (AdviceAction.STOP, "do_not_restart_exit_code")),
+    ("no event: the category's own rule", Category.GPU_HARDWARE, 1, False, (AdviceAction.RESTART_EXCLUDE, "hardware_exclude")),
+]
+
+
+@pytest.mark.parametrize("category, exit_code, hold, expected", [d[1:] for d in DECIDE], ids=[d[0] for d in DECIDE])
+def test_decide_with_the_guard(category, exit_code, hold, expected) -> None:
+    advice = _decide(category, exit_code=exit_code, hold=hold)
+    assert (advice.action, advice.rule) == expected
+    if advice.action is AdviceAction.HOLD:
+        assert "e1" in advice.reason and not advice.exclude_nodes
+
+
+def test_a_hold_never_carries_lemons() -> None:
+    advice = _decide(Category.NCCL_ERROR, nodes=NodeLimits(lemons=["n3"], partition_nodes=NODES))
+    assert advice.action is AdviceAction.HOLD and advice.exclude_nodes == []
