@@ -37,6 +37,7 @@ from temporalio import activity
 from temporalio.client import Client
 
 from workflows.cluster_watch import PokesSince, WatchNames, WatchPoke
+from workflows.history import as_utc
 
 CHECK_EVERY_S = 0.5  # how often a waiting watch asks for new pokes
 REPOLL_EVERY_S = 0.5  # a poked job not finished yet (still in its epilog) is polled again this soon
@@ -123,7 +124,7 @@ class PollWaker:
         pokes = answer.pokes
         if self._seen is None:  # a fresh activity: its first poll already covered older pokes
             horizon = self._now() - timedelta(seconds=FRESH_S)
-            pokes = [p for p in pokes if p.sent_at is not None and _utc(p.sent_at) >= horizon]
+            pokes = [p for p in pokes if p.sent_at is not None and as_utc(p.sent_at) >= horizon]
         self._seen = answer.seq
         until = self._monotonic() + SETTLE_S
         for poke in pokes:
@@ -132,7 +133,3 @@ class PollWaker:
                         f"; {poke.detail}" if poke.detail else "")
             self._settling.update({job_id: until for job_id in poke.job_ids})
         return pokes
-
-
-def _utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value

@@ -27,9 +27,14 @@ import os
 import re
 import signal
 import sys
+from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
 
 from workers.settings import Settings
+
+if TYPE_CHECKING:  # imported when used: slurmctld waits for this command, so it loads as little as it can
+    from workflows.cluster_watch import WatchPoke
 
 DEFAULT_TIMEOUT_S = 3.0
 _JOB_ID = re.compile(r"^\d{1,12}(_\d{1,10})?$")
@@ -91,7 +96,7 @@ def cmd_notify(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def build_poke(args: argparse.Namespace, env: os._Environ | dict[str, str]):
+def build_poke(args: argparse.Namespace, env: Mapping[str, str]) -> WatchPoke | None:
     """The poke to send, or None when there is nothing to say (a job that did not opt in).
 
     Raises ValueError for input that is not a job id or node name (it is never passed on).
@@ -118,7 +123,7 @@ def build_poke(args: argparse.Namespace, env: os._Environ | dict[str, str]):
                      sent_at=now, detail=detail)
 
 
-def _env_job_id(env) -> str:
+def _env_job_id(env: Mapping[str, str]) -> str:
     array, task = env.get("SLURM_ARRAY_JOB_ID", ""), env.get("SLURM_ARRAY_TASK_ID", "")
     if array and task:
         return f"{array}_{task}"  # how the watch names an array task
@@ -148,7 +153,7 @@ def _clip(value: str, limit: int = 40) -> str:
     return value if len(value) <= limit else value[:limit] + "..."
 
 
-async def _send(settings: Settings, cluster: str, poke, timeout_s: float) -> None:
+async def _send(settings: Settings, cluster: str, poke: WatchPoke, timeout_s: float) -> None:
     from temporalio.service import RPCError, RPCStatusCode
 
     from workers.temporal_client import connect
