@@ -134,6 +134,31 @@ SETTING_MEANINGS: dict[str, str] = {
     "clusters.policy.systemic_jobs": "Hold (`systemic_hold`) when at least this many distinct jobs failed on shared "
                                      "infrastructure within `systemic_window_s`.",
     "clusters.policy.systemic_window_s": "Window of the systemic rule.",
+    "clusters.policy.systemic_settle_s": "A failure that may still become part of a systemic event is answered "
+                                         "after at most this long, so a burst's first jobs are held like its last.",
+    "clusters.policy.systemic_fraction": "Systemic when failures without node-specific evidence hit at least this "
+                                         "fraction of the watched jobs (and at least `systemic_jobs` of them).",
+    "clusters.policy.systemic_domain_share": "Systemic by failure domain when at least this share of the window's "
+                                             "node-specific failures fall inside one switch, rack or partition.",
+    "clusters.policy.systemic_hold_max_s": "Never hold a job for a systemic event longer than this; then it is "
+                                           "released to normal scheduling (audited).",
+    "clusters.policy.systemic_probe_s": "How often a systemic event's nodes and jobs are looked at to see whether "
+                                        "its cause cleared.",
+    "clusters.policy.systemic_clear_runtime_s": "A job outside the event that ran this long on the event's nodes "
+                                                "means the cause has cleared.",
+    "clusters.policy.systemic_webhook_url": "Optional generic JSON webhook for systemic alerts (chat, "
+                                            "Alertmanager-style receivers); not set: audit entry and metric only.",
+    "clusters.policy.systemic_webhook_timeout_s": "Timeout of one webhook POST (an alert never delays recovery).",
+    "clusters.policy.topology": "Failure domains beyond Slurm's own: name (`rack:a`, `switch:s1`) → its nodes.",
+    "clusters.policy.lemon_jobs": "A node implicated in failures of this many distinct jobs inside `lemon_window_s` "
+                                  "is a lemon: kept out of every jobmedic restart.",
+    "clusters.policy.lemon_window_s": "Window in which a node's failures count towards making it a lemon.",
+    "clusters.policy.lemon_healthy_s": "Each this much healthy runtime on a node takes one job's worth of suspicion "
+                                       "away, so a node that was unlucky once comes back.",
+    "clusters.policy.lemon_max_fraction": "At most this fraction of the cluster's nodes (at least one) is kept out "
+                                          "as lemons at once.",
+    "clusters.policy.lemon_max_per_window": "At most this many new lemons per window (audited when the cap bites).",
+    "clusters.policy.lemon_drain": "Also drain lemon nodes (with a reason naming jobmedic), not only exclude them.",
     "clusters.policy.drain_nodes": "Restarts also drain the excluded nodes (reason names jobmedic; a drain set "
                                    "by someone else is never overridden).",
     "clusters.policy.do_not_restart_exit_code": "A job that exits with this code is never restarted "
