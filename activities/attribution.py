@@ -11,9 +11,11 @@ from temporalio import activity
 
 from activities.errors import activity_errors
 from activities.faults import injected_delay
-from adapters.errors import AttributionServiceError
+from adapters.errors import AttributionServiceError, JobmedicError
 from workflows.contracts import AuditEntry, EventType, JobEvidence, Verdict
 from workflows.messages import ActivityNames, AttributeInput, AttributeOutput, RecentFailure
+
+RECENT_FAILURES_TIMEOUT_S = 5.0  # the audit store's answer for the cluster-wide view, at most
 
 
 class ExternalAttribution(Protocol):
@@ -66,10 +68,15 @@ class AttributionActivities:
         if self._audit is None or job is None or inp.evidence.collected_at is None:
             return []
         since = inp.evidence.collected_at - timedelta(seconds=inp.systemic_window_s)
-        with activity_errors():
-            entries = await asyncio.to_thread(
+        try:
+            # the cluster-wide view is a hint: a store that is down or slow must not hold up the decision
+            entries = await asyncio.wait_for(asyncio.to_thread(
                 self._audit.query, cluster=job.cluster, since=since, event_types=[EventType.ADVICE], limit=2000
-            )
+            ), timeout=RECENT_FAILURES_TIMEOUT_S)
+        except (JobmedicError, TimeoutError) as exc:
+            logger.warning("recent failures unavailable ({}); deciding job {} without the cluster-wide view",
+                           type(exc).__name__, job.job_id)
+            return []
         return [
             RecentFailure(job_id=e.job_id, at=e.timestamp, category=e.category or "", hosts=e.implicated_nodes)
             for e in entries

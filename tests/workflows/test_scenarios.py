@@ -207,13 +207,17 @@ async def test_pause_resume_and_stop_signals(scenario: Scenario, worker: WorkerP
 async def test_pause_or_stop_on_a_job_jobmedic_holds_releases_its_hold(
     command: str, scenario: Scenario, worker: WorkerProcess
 ) -> None:
-    """A hold decided by the policy (a systemic hold, here for a single job) is undone by `jobmedic pause|stop`."""
-    scenario.policy = {"systemic_jobs": 1}
+    """A hold decided by the policy (a systemic hold: two jobs fail with one shared cause and no node named) is
+    undone for one job by `jobmedic pause|stop`; the other stays held until its own hold ends."""
+    scenario.policy = {"systemic_jobs": 2, "systemic_hold_max_s": 60.0}
     worker.start()
-    job_id = _submit(scenario, plan="xid,ok")
+    job_id, other = (submit_training(scenario.tmp / name, environment=scenario.environment, plan="early,ok", nodes=1)
+                     for name in ("job-a", "job-b"))
+    scenario.jobs += [job_id, other]
     await wait_for(lambda: slurm_state(job_id) == ("PENDING", 1), timeout=120, what="held after the decision")
     advice = [e for e in scenario.entries(job_id) if e.event_type is EventType.ADVICE]
     assert [(a.action, a.rule) for a in advice] == [("hold", "systemic_hold")]
+    await wait_for(lambda: slurm_state(other) == ("PENDING", 1), timeout=60, what="the other job held too")
     assert scontrol_job(job_id)["Reason"] == "job_requeued_in_held_state"
     assert scenario.cli(command, job_id).returncode == 0
     await wait_for(lambda: slurm_state(job_id) == ("COMPLETED", 1), timeout=120, what=f"released by {command}, then ran")
