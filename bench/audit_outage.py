@@ -54,7 +54,7 @@ if str(ROOT) not in sys.path:
 
 from bench._common import emit_json, print_table  # noqa: E402
 from tests.workflows.fault_support import PrivateMariaDB  # noqa: E402
-from tests.workflows.harness import Scenario, WorkerProcess, submit_training, unique  # noqa: E402
+from tests.workflows.harness import Scenario, WorkerProcess, scontrol_job, submit_training, unique  # noqa: E402
 from workflows.contracts import EventType  # noqa: E402
 
 LOCK = Path("/tmp/jobmedic-stack-tests.lock")
@@ -75,16 +75,6 @@ def stack() -> dict:
     slurm = json.loads((described / "slurm.json").read_text())
     os.environ["SLURM_CONF"] = slurm["slurm_conf"]
     return json.loads((described / "temporal.json").read_text())
-
-
-def slurm_view(job_id: str) -> dict[str, str]:
-    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30)
-    fields: dict[str, str] = {}
-    for token in out.stdout.split():
-        key, sep, value = token.partition("=")
-        if sep and key not in fields:
-            fields[key] = value
-    return fields
 
 
 def failure_stamp(out_file: Path) -> datetime | None:
@@ -151,7 +141,7 @@ class Sampler:
         self.state = ("?", 0)
 
     def sample(self) -> None:
-        job = slurm_view(self.job_id)
+        job = scontrol_job(self.job_id)
         state, restarts = job.get("JobState", "?"), int(job.get("Restarts", "0") or 0)
         self.state = (state, restarts)
         held = state == "PENDING" and job.get("Priority") == "0"

@@ -449,23 +449,8 @@ class JobRecoveryWorkflow:
         if not (self._state.may_act and not self._state.paused):
             self._note("advice", f"{advice.action.value} ({advice.rule}) — observe mode, no scheduler action")
             return False
-        deadline = workflow.now() + timedelta(seconds=self._inp.watchdog.action_deadline_s)
-        try:
-            stop = await self._act(job, advice, "straggler", False, failed_nodes=list(job.nodes), deadline=deadline)
-        except _Watchdog as dog:
-            await self._watchdog(job, dog, self._state.holding)
-            return False
-        except _NotAllowed as refused:
-            await self._audit(
-                EventType.WATCHDOG,
-                job=job,
-                outcome=f"{refused.stage} not done: {refused.cause}; no further action",
-                key_suffix=f"not-allowed-{refused.stage}",
-            )
-            await self._give_back(job, f"action no longer allowed ({refused.stage})", deadline=deadline)
-            return False
-        except _Halted as halt:
-            await self._give_back(job, halt.why, deadline=deadline)
+        stop = await self._act_failing_open(job, advice, "straggler", False, failed_nodes=list(job.nodes))
+        if stop is None:
             return False
         self._state.straggler_restarts += 1
         return stop
@@ -639,26 +624,29 @@ class JobRecoveryWorkflow:
             self._set_phase(Phase.WATCHING)
             return False
 
-        action_deadline = workflow.now() + timedelta(seconds=self._inp.watchdog.action_deadline_s)
+        return bool(await self._act_failing_open(current, advice, incident, held_by_us, failed_nodes=failed.nodes))
+
+    async def _act_failing_open(
+        self, job: JobInfo, advice: Advice, incident: str, held_by_us: bool, *, failed_nodes: list[str]
+    ) -> bool | None:
+        """`_act` within the action deadline; None when the watchdog, a refused action or a pause/stop ended it
+        (the job is then given back to normal scheduling, audited)."""
+        deadline = workflow.now() + timedelta(seconds=self._inp.watchdog.action_deadline_s)
         try:
-            return await self._act(
-                current, advice, incident, held_by_us, failed_nodes=failed.nodes, deadline=action_deadline
-            )
+            return await self._act(job, advice, incident, held_by_us, failed_nodes=failed_nodes, deadline=deadline)
         except _Watchdog as dog:
-            await self._watchdog(current, dog, self._state.holding)
-            return False
+            await self._watchdog(job, dog, self._state.holding)
         except _NotAllowed as refused:
             await self._audit(
                 EventType.WATCHDOG,
-                job=current,
+                job=job,
                 outcome=f"{refused.stage} not done: {refused.cause}; no further action",
                 key_suffix=f"not-allowed-{refused.stage}",
             )
-            await self._give_back(current, f"action no longer allowed ({refused.stage})", deadline=action_deadline)
-            return False
+            await self._give_back(job, f"action no longer allowed ({refused.stage})", deadline=deadline)
         except _Halted as halt:
-            await self._give_back(current, halt.why, deadline=action_deadline)
-            return False
+            await self._give_back(job, halt.why, deadline=deadline)
+        return None
 
     async def _collect(self, obs: JobObservation, *, hold_first: bool, deadline: datetime) -> CollectEvidenceOutput:
         inp = CollectEvidenceInput(
