@@ -272,8 +272,9 @@ async def test_audit_store_down_longer_than_every_deadline_does_not_hold_up_a_re
 async def test_a_store_that_refuses_entries_for_good_does_not_fail_the_workflow(
     tmp_path: Path, scenario: Scenario, worker: WorkerProcess, mysql_url: str
 ) -> None:
-    """The audit table disappears (a non-retryable store error): the workflow keeps running, keeps its entries,
-    and writes them, in order and once, when the table is back."""
+    """The audit table disappears (a non-retryable store error): the workflow keeps running, decides without
+    the store's cluster-wide view, restarts the job without its bad node, keeps its entries, and writes them,
+    in order and once, when the table is back."""
     import pymysql
 
     db = PrivateMariaDB()
@@ -295,26 +296,28 @@ async def test_a_store_that_refuses_entries_for_good_does_not_fail_the_workflow(
         assert slurm_state(job_id) == ("RUNNING", 0)
         sql("RENAME TABLE audit_entry TO audit_entry_away")
         await wait_for(lambda: slurm_state(job_id)[0] == "FAILED", timeout=60, what="the job failed")
+        # the store refusing is no reason to leave the job down: restarted, without its bad node
+        await wait_for(lambda: slurm_state(job_id) == ("RUNNING", 1), timeout=90,
+                       what="restarted while the store refuses entries")
+        bad = _failing_node(scenario, job_id)
+        job = scontrol_job(job_id)
+        assert bad in job["ExcNodeList"] and bad not in job["NodeList"], job
 
         async def behind() -> tuple[str, JobStatus] | None:
             found = await _recovery_status(scenario, job_id)
             return found if found and found[1].incidents >= 1 and found[1].audit_backlog >= 2 else None
 
-        status, _ = await wait_for(behind, timeout=60, what="entries waiting for the store")
+        await wait_for(behind, timeout=60, what="entries waiting for the store")
         await asyncio.sleep(6)  # several refusals (one every 2 s)
         found = await _recovery_status(scenario, job_id)
         assert found is not None and found[0] == "RUNNING", found  # not FAILED: a refusing store is not fatal
         sql("RENAME TABLE audit_entry_away TO audit_entry")
-        entries = await wait_for(
-            lambda: [e for e in scenario.entries(job_id) if e.event_type is EventType.WATCHDOG] and scenario.entries(job_id),
-            timeout=60, what="the backlog written",
-        )
-        steps = Counter(e.event_type for e in entries)
-        assert steps[EventType.DETECTION] == 1 and steps[EventType.WATCHDOG] == 1, steps
-        kinds = [e.event_type for e in entries]
-        assert kinds.index(EventType.DETECTION) < kinds.index(EventType.WATCHDOG)
-        # attribution needs the store's cluster-wide view: it refused, so the decision failed open, untouched
-        assert slurm_state(job_id) == ("FAILED", 0)
+        await wait_for(lambda: slurm_state(job_id) == ("COMPLETED", 1), timeout=180, what="completed after one restart")
+        await wait_for(lambda: EventType.COMPLETED in scenario.kinds(job_id), timeout=90, what="the backlog written")
+        _assert_each_step_once(scenario, job_id)
+        kinds = [e.event_type for e in scenario.entries(job_id)]
+        assert EventType.WATCHDOG not in kinds
+        assert kinds.index(EventType.DETECTION) < kinds.index(EventType.ADVICE) < kinds.index(EventType.COMPLETED)
         await wait_for(lambda: _backlog_empty(scenario, job_id), timeout=30, what="nothing left behind")
     finally:
         worker.stop()
