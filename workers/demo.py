@@ -73,8 +73,8 @@ def _say(text: str) -> None:
 
 
 async def run_demo(settings: Settings, *, observe: bool, timeout_s: float = 300.0) -> DemoOutcome:
-    from adapters.audit.factory import build_audit_store
-    from adapters.slurm.factory import build_slurm_client
+    from workers.factories.audit import build_audit_store
+    from workers.factories.slurm import build_slurm_client
     from workers.temporal_client import connect, end_cluster_workflows
     from workers.worker import run_worker
 

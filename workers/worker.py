@@ -100,8 +100,8 @@ class ClusterParts:
 
 
 def build_cluster_parts(cluster: ClusterSettings, *, deployment: str = "jobmedic") -> ClusterParts:
-    from adapters.logs.factory import file_log_source
-    from adapters.slurm.factory import build_slurm_client
+    from workers.factories.logs import file_log_source
+    from workers.factories.slurm import build_slurm_client
 
     slurm = build_slurm_client(cluster, deployment=deployment)
     # over SSH the job logs are read by SFTP through the Slurm adapter's own connection
@@ -132,7 +132,7 @@ def build_cluster_parts(cluster: ClusterSettings, *, deployment: str = "jobmedic
 async def build_workers(
     settings: Settings, client: Client, *, clusters: list[ClusterSettings] | None = None, stats: object | None = None
 ) -> list[Worker]:
-    from adapters.audit.factory import build_audit_store
+    from workers.factories.audit import build_audit_store
 
     audit = build_audit_store(settings)
     await asyncio.to_thread(audit.migrate)
@@ -241,7 +241,7 @@ async def run_worker(settings: Settings, client: Client, *, stop: asyncio.Event 
     stop = stop or asyncio.Event()
     metrics = None
     if settings.metrics_port is not None:
-        from adapters.audit.factory import build_audit_store
+        from workers.factories.audit import build_audit_store
         from workers.metrics_server import start_metrics_server
 
         metrics = await start_metrics_server(build_audit_store(settings), port=settings.metrics_port,

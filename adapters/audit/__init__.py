@@ -1,11 +1,10 @@
 """The audit trail store: SQLite (embedded default) or MySQL/MariaDB through PyMySQL.
 
-Build it from settings with `build_audit_store(settings)`; async code uses
+Built from settings by `workers.factories.build_audit_store(settings)`; async code uses
 `AsyncAuditStore` (every call runs in a thread).
 """
 
 from adapters.audit.errors import AuditStoreRejected, AuditStoreUnavailable
-from adapters.audit.factory import build_async_audit_store, build_audit_store
 from adapters.audit.migrations import LATEST_VERSION
 from adapters.audit.port import AuditLog
 from adapters.audit.store import DEFAULT_LIMIT, AsyncAuditStore, AuditRecord, AuditStore
@@ -21,6 +20,4 @@ __all__ = [
     "AuditStoreError",
     "AuditStoreRejected",
     "AuditStoreUnavailable",
-    "build_async_audit_store",
-    "build_audit_store",
 ]

@@ -8,7 +8,6 @@
   `same_job`, the rule that tells a requeued job from a recycled job id.
 * `parse`, `hostlist`, `optin` - pure parsers of `squeue --json` /
   `sinfo --json`, host lists and job-comment opt-ins.
-* `factory` - `build_slurm_client(cluster_settings)`.
 
 Slurm 22.05 facts the code relies on (observed on the local test cluster):
 `squeue --json` ignores `-j`/`-t` and exits 0 with an `errors` list when the

@@ -6,7 +6,7 @@ import pytest
 
 from adapters.errors import ConfigError, LogSourceError
 from adapters.logs import LocalFileLogSource, LokiLogSource, SftpLogSource, VictoriaLogsSource
-from adapters.logs.factory import file_log_source, job_log_store
+from workers.factories.logs import file_log_source, job_log_store
 from workers.settings import LogSourceSettings
 
 

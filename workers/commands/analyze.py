@@ -16,7 +16,7 @@ from typing import TextIO
 from activities.detection.analyze import analyze_file, parse_layout
 from activities.detection.catalogue import load_catalogue
 from adapters.errors import ConfigError, ParseError, SchedulerError
-from adapters.slurm.factory import build_slurm_client
+from workers.factories.slurm import build_slurm_client
 from adapters.slurm.nodefile import parse_node_file
 from workers.settings import Settings
 from workflows.contracts import JobInfo, JobState, NodeInfo

@@ -24,8 +24,9 @@ from typing import Any
 
 from loguru import logger
 
-from adapters.audit import DEFAULT_LIMIT, AuditRecord, build_audit_store
+from adapters.audit import DEFAULT_LIMIT, AuditRecord
 from adapters.errors import AuditStoreError, JobmedicError
+from workers.factories.audit import build_audit_store
 from workers.settings import Settings
 from workflows.contracts import AuditEntry, EventType
 

@@ -78,7 +78,7 @@ class SlurmFacts:
 
 
 async def check_cluster(cluster: ClusterSettings, settings: Settings) -> list[Finding]:
-    from adapters.slurm.factory import build_slurm_client
+    from workers.factories.slurm import build_slurm_client
 
     found: list[Finding] = []
     facts = SlurmFacts()
@@ -137,7 +137,7 @@ def recent_jobs(jobs: list[JobInfo], *, limit: int) -> list[JobInfo]:
 
 
 async def _check_output_files(cluster: ClusterSettings, slurm: Any, facts: SlurmFacts) -> list[Finding]:
-    from adapters.logs.factory import file_log_source
+    from workers.factories.logs import file_log_source
 
     connection = slurm.runner.connection if cluster.scheduler.access == "ssh" else None
     source = file_log_source(cluster.logs, connection_provider=connection)
@@ -238,7 +238,7 @@ class _LabelApi:
 
 
 async def _check_log_store(cluster: ClusterSettings, facts: SlurmFacts) -> list[Finding]:
-    from adapters.logs.factory import job_log_store
+    from workers.factories.logs import job_log_store
     from adapters.logs.stores import bearer_headers
 
     logs, name = cluster.logs, cluster.name

@@ -10,8 +10,8 @@ import argparse
 import json
 from datetime import UTC, datetime
 
-from adapters.audit import build_audit_store
 from workers.commands.audit import fit, parse_since
+from workers.factories.audit import build_audit_store
 from workers.report import ClusterFigures, JobFigures, LatencySummary, Report, build_report
 from workers.settings import Settings
 

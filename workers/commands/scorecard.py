@@ -14,10 +14,10 @@ import html
 import json
 from datetime import UTC, datetime
 
-from adapters.audit import build_audit_store
 from adapters.errors import ConfigError, JobmedicError
-from adapters.slurm.factory import build_slurm_client
 from workers.commands.audit import fit, parse_since
+from workers.factories.audit import build_audit_store
+from workers.factories.slurm import build_slurm_client
 from workers.scorecard import RESULTS, Check, ClusterScore, Scorecard, Snapshot, Tally, build_scorecard
 from workers.settings import Settings
 

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from adapters.slurm.client import SlurmClient
-from adapters.slurm.factory import build_slurm_client
+from workers.factories.slurm import build_slurm_client
 from workers.settings import Settings
 from workflows.contracts import JobInfo, NodeInfo
 

@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from adapters.audit import AuditRecord, build_audit_store
+from adapters.audit import AuditRecord
 from workers.commands.audit import TABLE_WIDTH, fit, record_dict, summary
+from workers.factories.audit import build_audit_store
 from workers.settings import Settings
 
 

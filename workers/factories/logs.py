@@ -1,4 +1,4 @@
-"""Choosing the log sources once, from settings (the worker calls these and passes the result down)."""
+"""Choosing the log sources once, from settings."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Build the Slurm client of one configured cluster (used by the CLI and the worker)."""
+"""The Slurm client of one configured cluster, built from its settings."""
 
 from __future__ import annotations
 

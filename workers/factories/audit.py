@@ -1,13 +1,9 @@
-"""The one place where the audit store is built from settings."""
+"""The audit store, built from settings."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from adapters.audit.store import AsyncAuditStore, AuditStore
-
-if TYPE_CHECKING:  # adapters never import workers at run time
-    from workers.settings import Settings
+from workers.settings import Settings
 
 
 def build_audit_store(settings: Settings) -> AuditStore:
