@@ -22,7 +22,9 @@ Figures per split and mode:
 - miss rate: real failures called `none`; unknown rate: real failures called `unknown`;
 - benign FP rate: harmless look-alikes called a failure;
 - entity recall: of the hosts, ranks and GPUs a human would blame, the share the verdict names;
-- host exact: the verdict's hosts equal the expected ones.
+- host exact: the verdict's hosts equal the expected ones;
+- entity recall by kind (host; ip_peer: a host the log names only by address or another spelling;
+  rank; gpu), by class and by launcher.
 Baseline, measured in the same run: "the first fatal- or error-severity catalogue match in the
 log wins" (what grepping for the first scary line gives an engineer), with the same figures.
 
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -181,6 +184,9 @@ def evaluate(split: str, *, quick: bool, verbose: bool, catalogue: Catalogue, lo
     host_ok = domain_ok = 0
     want_total = found_total = 0
     misses = []
+    # entity recall broken down: by kind (host, ip peer, rank, gpu), by class, by launcher
+    by: dict[str, dict[str, list[int]]] = {"kind": {}, "class": {}, "launcher": {}}
+    missed_entities: list[tuple[str, str, str]] = []
     t0 = time.perf_counter()
     for log, side in cases:
         verdict = run_case(log, side, catalogue=catalogue, log_only=log_only)
@@ -192,6 +198,14 @@ def evaluate(split: str, *, quick: bool, verbose: bool, catalogue: Catalogue, lo
         got = verdict_entities(verdict, nodes)
         want_total += len(want)
         found_total += len(want & got)
+        for entity in want:
+            kind = entity_kind(entity, log)
+            for axis, key in (("kind", kind), ("class", expected), ("launcher", side.get("launcher", "?"))):
+                cell = by[axis].setdefault(key, [0, 0])
+                cell[0] += 1
+                cell[1] += entity in got
+            if entity not in got:
+                missed_entities.append((log.name.removesuffix(".log"), kind, entity))
         hosts_want = {e for e in want if e.startswith("host:")}
         hosts_got = {e for e in got if e.startswith("host:")}
         host_ok += hosts_want == hosts_got
@@ -219,13 +233,30 @@ def evaluate(split: str, *, quick: bool, verbose: bool, catalogue: Catalogue, lo
           f"  hosts exact {engine['host_exact']:.3f}  domain {engine['fault_domain_accuracy']:.3f}")
     print(f"baseline: macro-F1 {base['macro_f1']:.3f}  miss {base['miss_rate']:.3f}  benign FP {base['benign_fp_rate']:.3f}"
           f"  (engine/baseline macro-F1 ratio {engine['macro_f1'] / base['macro_f1'] if base['macro_f1'] else float('inf'):.2f})")
+    print("entity recall by " + "; by ".join(
+        axis + ": " + ", ".join(f"{k} {f}/{n}" for k, (n, f) in sorted(cells.items()))
+        for axis, cells in by.items()))
+    if verbose and missed_entities:
+        print("missed entities (case, kind, entity):")
+        for m in missed_entities:
+            print("  ", *m)
     if verbose and misses:
         print("wrong (case, expected, got, expected entities, got entities):")
         for m in misses:
             print("  ", *m)
     return {"engine": {k: v for k, v in engine.items() if k != "per_class"},
             "baseline": {k: v for k, v in base.items() if k != "per_class"},
-            "per_class_f1": {c: v["f1"] for c, v in engine["per_class"].items()}}
+            "per_class_f1": {c: v["f1"] for c, v in engine["per_class"].items()},
+            "entity_recall_by": {axis: {k: round(f / n, 3) for k, (n, f) in cells.items()} for axis, cells in by.items()}}
+
+
+def entity_kind(entity: str, log: Path) -> str:
+    """host, ip_peer (a host the log names only by address), rank or gpu."""
+    kind, _, value = entity.partition(":")
+    if kind != "host":
+        return kind
+    text = log.read_text(errors="replace")
+    return "host" if re.search(rf"(?<![A-Za-z0-9-]){re.escape(value)}(?![0-9])", text) else "ip_peer"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,8 +267,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default="real",
                         choices=[*SPLITS, "real", "generated", "all"], help="which corpus split(s); default: real")
     parser.add_argument("--mode", choices=["context", "log-only", "both"], default="both")
-    parser.add_argument("--verbose", action="store_true", help="list the cases the engine gets wrong")
+    parser.add_argument("--verbose", action="store_true",
+                        help="list the cases and entities the engine gets wrong (not for the real holdout)")
     args = parser.parse_args(argv)
+    if args.verbose and args.split in ("real-holdout", "real", "all"):
+        parser.error("--verbose lists cases one by one: only for tune or generated splits, never the real holdout")
     catalogue = load_catalogue()
     groups = {"real": list(REAL_SPLITS), "generated": list(GENERATED_SPLITS), "all": list(SPLITS)}
     splits = groups.get(args.split, [args.split])
