@@ -150,9 +150,40 @@ def add_recorded_at(conn: sa.Connection) -> None:
     _ensure_indexes(conn, table)
 
 
+# --------------------------------------------------------------------------- migration 3
+
+
+def _v3_watch_state(conn: sa.Connection) -> sa.Table:
+    """`watch_state` exactly as migration 3 creates it (frozen; later changes are new migrations)."""
+    return sa.Table(
+        "watch_state",
+        sa.MetaData(),
+        sa.Column("cluster", sa.String(64, collation=_key_collation(conn)), primary_key=True),
+        sa.Column("item", sa.String(255, collation=_key_collation(conn)), primary_key=True),
+        sa.Column("job_id", sa.String(64), nullable=False),
+        sa.Column("slot", sa.Integer(), nullable=False),
+        sa.Column("data", sa.Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb"), nullable=False),
+        sa.Column("updated_at", _TIME, nullable=False),
+        sa.Index("ix_watch_state_slot", "cluster", "slot"),
+        sa.Index("ix_watch_state_updated", "cluster", "updated_at"),
+        **MYSQL_TABLE_OPTIONS,
+    )
+
+
+def create_watch_state(conn: sa.Connection) -> None:
+    """Migration 3: `watch_state`, the cluster watch's per-job memory (cursors, progress rhythm), one row a job.
+
+    It used to travel in the watch activity's heartbeat details, whose size grew with the job count.
+    """
+    table = _v3_watch_state(conn)
+    table.create(conn, checkfirst=True)
+    _ensure_indexes(conn, table)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create audit_entry", create_audit_entry),
     Migration(2, "audit_entry.recorded_at and workflow index", add_recorded_at),
+    Migration(3, "create watch_state", create_watch_state),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 

@@ -189,3 +189,51 @@ def row_to_entry(row: Any) -> AuditEntry:
         outcome=row["outcome"],
         detail=row["detail"],
     )
+
+
+# --------------------------------------------------------------------------- watch state (migration 3)
+
+#: one job's watch state as JSON; the watch trims its own bounded lists to stay under it
+WATCH_STATE_MAX_BYTES = 256 * 1024
+WATCH_SLOTS = 4096  # job ids hash into this many slots; a watch shard owns the slots `slot % shards == shard`
+SHARD_ITEM_PREFIX = "~shard-"  # the item of a shard's own row (its cluster-wide memory); no workflow id starts so
+
+
+def shard_item(shard: int) -> str:
+    """The item under which shard `shard` keeps its own memory; its slot is `shard`, so it loads with its jobs."""
+    return f"{SHARD_ITEM_PREFIX}{shard}"
+
+
+def watch_slot(job_id: str) -> int:
+    """A job id's slot: a hash that is the same in every process and release (not Python's `hash`)."""
+    digest = hashlib.blake2b(job_id.encode("utf-8", "replace"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % WATCH_SLOTS
+
+
+def shard_of(job_id: str, shards: int) -> int:
+    """Which of `shards` watch shards watches `job_id` (stable; a job moves only when `shards` changes)."""
+    return watch_slot(job_id) % max(1, shards)
+
+
+def watch_state_row(
+    *, cluster: str, item: str, job_id: str, slot: int, data: str, updated_at: datetime
+) -> dict[str, Any]:
+    """The column values of one watch-state row.
+
+    Raises:
+        ValueError: `data` is larger than `WATCH_STATE_MAX_BYTES` or an identifier does not fit its column
+            (a caller bug: the watch bounds what it keeps).
+    """
+    size = len(data.encode("utf-8"))
+    if size > WATCH_STATE_MAX_BYTES:
+        raise ValueError(f"watch state of {item!r} is {size} bytes, more than {WATCH_STATE_MAX_BYTES}")
+    if len(item) > 255 or len(cluster) > STRING_WIDTHS["cluster"]:
+        raise ValueError(f"watch state key {cluster!r}/{item!r} does not fit its columns")
+    return {
+        "cluster": cluster,
+        "item": item,
+        "job_id": cut_chars(job_id, STRING_WIDTHS["job_id"]),
+        "slot": slot,
+        "data": clean_text(data),
+        "updated_at": to_db_time(updated_at),
+    }

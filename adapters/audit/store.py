@@ -23,8 +23,10 @@ from loguru import logger
 from adapters.audit import migrations
 from adapters.audit.engine import SQLITE_BEGIN, family, make_engine, parse_url, sqlite_path
 from adapters.audit.errors import AuditStoreRejected, translate, where
-from adapters.audit.rows import compact_key, entry_to_row, from_db_time, row_to_entry, to_db_time
-from adapters.audit.tables import audit_table
+from adapters.audit.rows import (
+    SHARD_ITEM_PREFIX, compact_key, entry_to_row, from_db_time, row_to_entry, shard_item, to_db_time,
+)
+from adapters.audit.tables import audit_table, watch_state_table
 from workflows.contracts import AuditEntry, EventType
 
 DEFAULT_LIMIT = 10_000
@@ -33,6 +35,8 @@ _DEADLOCK_CODES = {1205, 1213}
 _DEADLOCK_ATTEMPTS = 3
 # bound on the number of bound parameters in one `IN (...)` (SQLite allows 32766, MySQL more)
 _KEY_CHUNK = 500
+# watch-state rows per upsert statement (6 parameters each: well inside SQLite's 32766)
+_STATE_CHUNK = 500
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,7 @@ class AuditStore:
             else self._engine
         )
         self._table = audit_table()
+        self._watch = watch_state_table()
         self._schema_ready = False
         self._schema_lock = threading.Lock()
 
@@ -293,6 +298,85 @@ class AuditStore:
                 "it was probably written by a newer version: upgrade jobmedic"
             ) from exc
         return AuditRecord(id=int(row["id"]), entry=entry, recorded_at=from_db_time(row["recorded_at"]))
+
+    # ------------------------------------------------------------------ watch state (migration 3)
+
+    def load_watch_state(self, cluster: str, *, shard: int = 0, shards: int = 1) -> dict[str, str]:
+        """The stored state (item -> JSON) of the jobs watch shard `shard` of `shards` owns, and the shard's own.
+
+        A job's shard follows from its slot (`rows.shard_of`), so after a change of `shards` every
+        job's row is found by its new shard; rows of shards that no longer exist are left to `prune`.
+        """
+        if not 0 <= shard < shards:
+            raise ValueError(f"shard {shard} of {shards} does not exist")
+        self._ensure_schema()
+        t = self._watch
+        stmt = sa.select(t.c.item, t.c.data).where(t.c.cluster == cluster, (t.c.slot % shards) == shard)
+        with self._errors("reading the watch state"):
+            with self._engine.connect() as conn:
+                rows = conn.execute(stmt).all()
+        mine = shard_item(shard)
+        return {item: data for item, data in rows if not item.startswith(SHARD_ITEM_PREFIX) or item == mine}
+
+    def save_watch_state(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Insert or replace watch-state rows (`rows.watch_state_row` values), in one transaction."""
+        if not rows:
+            return
+        self._ensure_schema()
+        t = self._watch
+        with self._errors("writing the watch state"):
+            with self._engine.begin() as conn:
+                for start in range(0, len(rows), _STATE_CHUNK):
+                    conn.execute(self._upsert(list(rows[start : start + _STATE_CHUNK]), t))
+
+    def _upsert(self, chunk: list[dict[str, Any]], t: sa.Table) -> Any:
+        changing = ("job_id", "slot", "data", "updated_at")
+        if self.dialect == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+            stmt = sqlite_insert(t).values(chunk)
+            return stmt.on_conflict_do_update(
+                index_elements=[t.c.cluster, t.c.item], set_={c: stmt.excluded[c] for c in changing}
+            )
+        from sqlalchemy.dialects.mysql import insert as mysql_insert
+
+        mstmt = mysql_insert(t).values(chunk)
+        return mstmt.on_duplicate_key_update({c: mstmt.inserted[c] for c in changing})
+
+    def delete_watch_state(self, cluster: str, items: Iterable[str]) -> int:
+        """Forget the watch state of `items` (jobs that left the scheduler); returns the rows deleted."""
+        unique = list(dict.fromkeys(items))
+        if not unique:
+            return 0
+        self._ensure_schema()
+        t = self._watch
+        deleted = 0
+        with self._errors("deleting watch state"):
+            with self._engine.begin() as conn:
+                for start in range(0, len(unique), _KEY_CHUNK):
+                    chunk = unique[start : start + _KEY_CHUNK]
+                    deleted += conn.execute(t.delete().where(t.c.cluster == cluster, t.c.item.in_(chunk))).rowcount
+        return deleted
+
+    def prune_watch_state(self, cluster: str, *, before: datetime) -> int:
+        """Delete `cluster`'s watch-state rows not written since `before` (no watch shard keeps them any more)."""
+        self._ensure_schema()
+        t = self._watch
+        with self._errors("pruning the watch state"):
+            with self._engine.begin() as conn:
+                stmt = t.delete().where(t.c.cluster == cluster, t.c.updated_at < to_db_time(before))
+                return int(conn.execute(stmt).rowcount)
+
+    def watch_state_rows(self, cluster: str | None = None) -> int:
+        """How many watch-state rows there are (of `cluster`, or all)."""
+        self._ensure_schema()
+        t = self._watch
+        stmt = sa.select(sa.func.count()).select_from(t)
+        if cluster is not None:
+            stmt = stmt.where(t.c.cluster == cluster)
+        with self._errors("counting watch state"):
+            with self._engine.connect() as conn:
+                return int(conn.execute(stmt).scalar() or 0)
 
     # ------------------------------------------------------------------ helpers
 

@@ -75,3 +75,35 @@ class AuditRow(SQLModel, table=True):
 def audit_table() -> sa.Table:
     """The Core `Table` behind `AuditRow`."""
     return AuditRow.__table__  # type: ignore[attr-defined, return-value]
+
+
+WATCH_STATE_TABLE = "watch_state"
+#: a job's watch state is JSON of at most `rows.WATCH_STATE_MAX_BYTES`: MEDIUMTEXT on MySQL (TEXT holds 64 KB)
+WATCH_DATA_TYPE = sa.Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
+
+
+class WatchStateRow(SQLModel, table=True):
+    """One row of `watch_state` (migration 3): what the cluster watch remembers of one job between passes.
+
+    `item` is the job's workflow id, or `~shard-<n>` for a shard's own cluster-wide memory. `slot`
+    is the job id's stable hash (`activities.watch_shards.slot_of`); a shard loads the slots it owns.
+    """
+
+    __tablename__ = WATCH_STATE_TABLE  # type: ignore[assignment]
+    __table_args__ = (
+        sa.Index("ix_watch_state_slot", "cluster", "slot"),
+        sa.Index("ix_watch_state_updated", "cluster", "updated_at"),
+        MYSQL_TABLE_OPTIONS,
+    )
+
+    cluster: str = Field(sa_column=sa.Column("cluster", sa.String(64), primary_key=True))
+    item: str = Field(sa_column=sa.Column("item", sa.String(255), primary_key=True))
+    job_id: str = Field(sa_column=sa.Column("job_id", sa.String(64), nullable=False))
+    slot: int = Field(sa_column=sa.Column("slot", sa.Integer(), nullable=False))
+    data: str = Field(sa_column=sa.Column("data", WATCH_DATA_TYPE, nullable=False))
+    updated_at: datetime = Field(sa_column=sa.Column("updated_at", TIME_TYPE, nullable=False))
+
+
+def watch_state_table() -> sa.Table:
+    """The Core `Table` behind `WatchStateRow`."""
+    return WatchStateRow.__table__  # type: ignore[attr-defined, return-value]
