@@ -23,6 +23,7 @@ from pathlib import Path
 
 from adapters.errors import JobmedicError
 from workers.settings import ClusterSettings, Settings
+from workers.temporal_client import workflow_page
 from workflows.contracts import AuditEntry, EventType, JobInfo, JobState, Mode
 
 DEMO_CLUSTER = "demo"
@@ -227,7 +228,7 @@ def figures(o: DemoOutcome) -> dict[str, float | None]:
 
 
 def print_report(o: DemoOutcome, settings: Settings) -> None:
-    ui = f"{settings.temporal.ui_url}/namespaces/{settings.temporal.namespace}/workflows/{o.workflow_id}"
+    ui = workflow_page(settings, o.workflow_id)
     _say("")
     if o.observe:
         _say(f"observe mode: jobmedic advised and recorded, Slurm untouched (job {o.job_id} is "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import quote
 
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
@@ -104,3 +105,9 @@ def _unreachable(t: TemporalSettings, exc: Exception) -> str:
             "a server that requires TLS needs temporal.tls.enabled = true"
         )
     return f"cannot reach Temporal at {t.address} ({exc}); {hint}"
+
+
+def workflow_page(settings: Settings, workflow_id: str) -> str:
+    """The Temporal UI page of one recovery workflow (what an on-call engineer opens first)."""
+    base = settings.temporal.ui_url.rstrip("/")
+    return f"{base}/namespaces/{quote(settings.temporal.namespace, safe='')}/workflows/{quote(workflow_id, safe='')}"

@@ -9,6 +9,7 @@ import signal
 import sys
 
 from workers.settings import Settings
+from workers.temporal_client import workflow_page
 from workflows.messages import JobStatus, QueryNames, SignalNames, recovery_query
 
 
@@ -85,12 +86,13 @@ def cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
         print("no monitored jobs" + ("" if args.all else " running (use --all for finished ones)"))
         return 0
     header = (f"{'JOB':>10}  {'CLUSTER':<10} {'PHASE':<16} {'MODE':<8} {'ATT':>3}  {'LAST ANOMALY':<14} "
-              f"{'IMPLICATED':<16} HANG WATCH")
+              f"{'IMPLICATED':<16} {'HANG WATCH':<24} PAGE")
     print(header)
     for r in rows:
         print(
             f"{r['job_id']:>10}  {r['cluster']:<10} {r['phase']:<16} {r['mode']:<8} {r['attempts']:>3}  "
-            f"{r['last_category'] or '-':<14} {','.join(r['implicated_nodes']) or '-':<16} {r['hang_watch'] or '-'}"
+            f"{r['last_category'] or '-':<14} {','.join(r['implicated_nodes']) or '-':<16} {r['hang_watch'] or '-':<24} "
+            f"{r['page']}"
         )
     return 0
 
@@ -114,6 +116,7 @@ async def _list_jobs(settings: Settings, *, cluster: str | None, include_closed:
                 "implicated_nodes": list(sa.get("ImplicatedNodes") or []),
                 "status": wf.status.name if wf.status else "",
                 "started": wf.start_time,
+                "page": workflow_page(settings, wf.id),  # the job's page in the Temporal UI
             }
         )
     watch = {}
