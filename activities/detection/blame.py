@@ -1,0 +1,183 @@
+"""Which hosts, ranks and GPUs the evidence blames for a chosen root cause.
+
+Pure code. Hosts come from the lines that condemn a device, the far end of a failed link (or the
+end that lost several), a node-local mount, torchrun's first failed worker, the node the
+cluster-wide view saw fail other jobs; ranks from the crashing processes; a GPU only on a
+blamed node.
+"""
+
+from __future__ import annotations
+
+import re
+
+from activities.detection.root_cause import Choice
+from activities.detection.signals import Signal, SignalBuilder
+from workflows.contracts import Category, FaultDomain, JobEvidence
+
+
+def implicate(
+    b: SignalBuilder, choice: Choice, evidence: JobEvidence, *, cat: Category, domain: FaultDomain, sigs: list[Signal],
+) -> tuple[set[str], set[int], set[str]]:
+    """The hosts, ranks and GPUs a careful operator would blame for `choice` (and why, added to `choice.why`)."""
+    hosts: set[str] = set(choice.hosts)
+    ranks: set[int] = set(choice.ranks)
+    gpus: set[str] = set()
+    if implicates_hosts(cat, domain):
+        any_condemns = any(x.condemns for x in sigs)
+        if cat in (Category.NODE_FAILURE, Category.GPU_HARDWARE) and any(x.host_from == "message" for x in sigs):
+            sigs_for_hosts = [x for x in sigs if x.host_from == "message" or x.source == "node"]
+        else:
+            sigs_for_hosts = sigs
+        for s in sigs_for_hosts:
+            if any_condemns and not s.condemns:
+                continue  # the condemning lines name the node; the rest may come from victims
+            if cat == Category.INTERCONNECT and not (s.condemns or s.severity == "fatal" or s.host_from == "message"):
+                continue  # a rank that lost its peer is not the faulty one (a host the line names may be)
+            if s.host:
+                hosts.add(s.host)
+    for s in sigs:
+        if s.rank is not None and cat != Category.NCCL_TIMEOUT and s.role != "scheduler":
+            ranks.add(s.rank)
+        elif s.rank is None and "task_ids" in s.fields and cat != Category.NCCL_TIMEOUT:
+            # "srun: error: node3: tasks 5-7: Out Of Memory": Slurm's task ids are the ranks
+            ranks.update(int(t) for t in s.fields["task_ids"].split(","))
+        if s.gpu and cat in (Category.GPU_HARDWARE, Category.CUDA_ERROR, Category.GPU_OOM, Category.INTERCONNECT):
+            gpus.add(s.gpu)
+    if cat == Category.CUDA_ERROR and not hosts and domain != FaultDomain.APPLICATION:
+        # a CUDA error is the code's unless the driver logged an Xid on that host too: then suspect the GPU
+        erring = {s.host for s in sigs if s.host}
+        root = b.elastic_root()
+        if not erring and root is not None and root[0]:
+            erring = {root[0]}  # torchrun's first failed worker is where the CUDA error happened
+        xid_hosts = {s.host for s in b.signals if s.pattern_id == "nvrm_xid"}
+        if None in xid_hosts and len(erring) == 1:
+            xid_hosts |= erring  # a bare dmesg line printed by the job: the host it ran on
+        if any(s.pattern_id in _DEVICE_CUDA_ERRORS for s in sigs):
+            xid_hosts |= erring  # the error text itself points to the device
+        hosts |= erring & xid_hosts
+    if cat == Category.DATA_IO and not hosts:
+        hosts |= _local_mount(sigs, b)
+    if cat == Category.CUDA_ERROR and not hosts and domain == FaultDomain.SYSTEM_SOFTWARE:
+        # a driver/runtime mismatch on some nodes only is those nodes' software; on all of them, the image's
+        erring = {s.host for s in sigs if s.host}
+        if erring and b.job_hosts and erring < b.job_hosts:
+            hosts |= erring
+    link_lines = sigs if cat == Category.INTERCONNECT else [
+        s for s in b.signals if s.category in (Category.NCCL_ERROR, Category.INTERCONNECT) and s.source == "log"]
+    if cat in (Category.INTERCONNECT, Category.NCCL_ERROR, Category.NCCL_TIMEOUT) and any(s.peers for s in link_lines):
+        blamed, why = _link_blame(link_lines, b.signals)
+        if blamed and (cat == Category.INTERCONNECT or not hosts):
+            if cat == Category.INTERCONNECT:
+                hosts = set(blamed)
+            else:
+                hosts |= set(blamed)
+            choice.why = (choice.why + "; " if choice.why else "") + why
+    if cat == Category.INTERCONNECT and hosts and "far end" not in choice.why:
+        far = [s for s in sigs if s.host in hosts and s.fields.get("peer") and s.host_from == "message"]
+        if far:
+            choice.why = (choice.why + "; " if choice.why else "") + (
+                f"{len(far)} failed link(s) name {', '.join(sorted({s.host for s in far}))} as their far end")
+    root = b.elastic_root()
+    if root is not None and cat not in (Category.NCCL_TIMEOUT, Category.HANG, Category.PREEMPTED, Category.TIME_LIMIT):
+        if not hosts and root[0] and implicates_hosts(cat, domain):
+            hosts.add(root[0])
+        if root[1] is not None and not ranks:
+            ranks.add(root[1])  # torchrun's first observed failure: the rank that went first
+    if cat == Category.HANG:
+        hosts |= set(evidence.straggler_hosts)
+    if cat in (Category.NODE_FAILURE,) and not hosts:
+        hosts |= {s.host for s in b.signals if s.source == "node" and s.category == cat and s.host}
+    if cat in (Category.NCCL_TIMEOUT, Category.NCCL_ERROR, Category.HANG, Category.INTERCONNECT) and not hosts:
+        repeat = [h for h in sorted(b.job_hosts) if evidence.node_failure_counts.get(h, 0) >= 2]
+        if len(repeat) == 1:
+            hosts.add(repeat[0])
+            choice.why = (choice.why + "; " if choice.why else "") + (
+                f"{repeat[0]} failed {evidence.node_failure_counts[repeat[0]]} other jobs recently")
+    if cat == Category.INTERCONNECT and not hosts:
+        # a transport error with no peer in it is the reporter's own NIC (RC: -22 opening its endpoint);
+        # when a single node reports them, it is the one
+        local = {s.host for s in sigs if s.host and not s.peers and s.host_from in ("prefix", "layout")}
+        if len(local) == 1 and (len(b.job_hosts) > 1 or not b.job_hosts):
+            hosts |= local
+            choice.why = (choice.why + "; " if choice.why else "") + (
+                f"only {next(iter(local))} reports the transport failing, naming no peer")
+    if hosts and not ranks and cat in (Category.GPU_HARDWARE, Category.NODE_FAILURE, Category.CUDA_ERROR,
+                                       Category.DATA_IO, Category.INTERCONNECT):
+        # the ranks that crashed on the blamed node are where it showed
+        ranks |= {s.rank if s.rank is not None else s.task for s in b.signals
+                  if s.host in hosts and s.source == "log" and s.strong and (s.rank is not None or "tasks" in s.fields)
+                  and s.category in _RANK_CRASH and (s.rank is not None or s.task is not None)}
+        ranks.discard(None)  # type: ignore[arg-type]
+    if hosts:  # a GPU is evidence on a blamed node; the far end's view of its own device is not
+        gpus = {g for g in gpus if g.split(":", 1)[0] in hosts or ":" not in g}
+    return hosts, ranks, gpus
+
+
+_IB_LOCAL_STATUS = {"1", "2", "3", "4", "8"}  # ibv_wc_status LOC_LEN, LOC_QP_OP, LOC_EEC_OP, LOC_PROT, MW_BIND
+
+
+def _link_blame(sigs: list[Signal], everything: list[Signal]) -> tuple[list[str], str]:
+    """Which end of a failed link the evidence points to.
+
+    Each line that names a peer is one vote (reporter, peer). A node named as the peer by two or
+    more reporters is the common end; a reporter that lost two or more different peers is itself
+    the broken end; a single pair blames the far end, since the reporter is the one still alive to
+    complain, unless the reporter's own device errors are in the log too.
+    """
+    local = sorted({s.host for s in sigs if s.host and s.fields.get("wc_status") in _IB_LOCAL_STATUS})
+    if local:
+        return local, f"the work completion status on {', '.join(local)} is a local error: its own NIC or memory registration"
+    pairs = {(s.host, p) for s in sigs for p in s.peers if s.host != p}
+    if not pairs:
+        return [], ""
+    as_peer: dict[str, set] = {}
+    as_reporter: dict[str, set] = {}
+    for reporter, peer in pairs:
+        as_peer.setdefault(peer, set()).add(reporter)
+        if reporter:
+            as_reporter.setdefault(reporter, set()).add(peer)
+    common = sorted(p for p, who in as_peer.items() if len(who) >= 2)
+    if common:
+        return common, f"{', '.join(common)} is the far end named by {max(len(as_peer[p]) for p in common)} reporting nodes"
+    broken = sorted(r for r, peers in as_reporter.items() if len(peers) >= 2)
+    if broken:
+        return broken, f"{', '.join(broken)} lost its links to several peers: the fault is on its side"
+    reporter, peer = sorted(pairs, key=lambda p: (p[0] or "", p[1]))[0]
+    local_device = [s for s in everything if s.host == reporter and s.condemns]
+    if reporter and local_device:
+        return [reporter], f"{reporter} reports device errors of its own; {peer} is the far end of its failed link"
+    where = f" from {reporter}" if reporter else ""
+    return [peer], f"the failed link{where} points to its far end {peer}"
+
+
+_RANK_CRASH = {Category.CUDA_ERROR, Category.GPU_HARDWARE, Category.APP_ERROR, Category.NODE_FAILURE, Category.NCCL_ERROR}
+_MOUNT_ERRORS = {"stale_file_handle", "io_error", "disk_full", "checkpoint_write_failed", "file_not_found"}
+_NODE_LOCAL_PATH = re.compile(r"['\" (](/(?:local|localscratch|lscratch|scratch/local|local_scratch|tmp|raid[0-9]?|nvme[0-9a-z]*|ssd|mnt/local|mnt/nvme|local_disk[0-9]?|dev/nvme)[/'\" ]|\$TMPDIR|SLURM_TMPDIR)")
+_DEVICE_CUDA_ERRORS = {"cuda_unknown_error"}  # "CUDA error: unknown error": usually a GPU that became unusable
+
+
+def _local_mount(sigs: list[Signal], b: SignalBuilder) -> set[str]:
+    """The node whose own disk failed: storage errors on a node-local path (local scratch, /tmp,
+    NVMe, RAID) seen on exactly one node. A shared file system's errors (stale NFS handles, EIO on
+    Lustre/GPFS, a full project quota) are the storage's problem, not a node's, wherever they show."""
+    mount = [s for s in sigs if s.pattern_id in _MOUNT_ERRORS and _NODE_LOCAL_PATH.search(s.text or s.line)]
+    seen = {s.host for s in mount if s.host}
+    root = b.elastic_root()
+    if mount and not seen and root is not None and root[0]:
+        seen = {root[0]}  # torchrun's first failed worker is where the mount broke
+    if len(seen) != 1:
+        return set()
+    return seen
+
+
+def implicates_hosts(cat: Category, domain: FaultDomain) -> bool:
+    """Whether the hosts the evidence came from are suspects (not just where a victim or a bug showed)."""
+    if cat in (Category.NCCL_TIMEOUT, Category.NCCL_ERROR):
+        return False  # every rank reports these; suspects are worked out separately
+    if cat == Category.CUDA_ERROR:
+        return domain == FaultDomain.HARDWARE  # a CUDA error alone is the code's; the GPU only with hardware words
+    if cat == Category.DATA_IO:
+        return False  # storage is shared; a mount broken on one node is worked out in _local_mount
+    # a hang is reported by every stuck rank alike; its suspects are the stragglers named separately
+    return cat in (Category.GPU_HARDWARE, Category.INTERCONNECT, Category.NODE_FAILURE)
+

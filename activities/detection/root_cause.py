@@ -1,0 +1,319 @@
+"""The root cause an operator would act on, chosen from a job's signals (the ordered steps of `verdict`).
+
+Pure code. `choose_root_cause` walks the steps of the `activities.detection.verdict` docstring in
+order; NCCL timeouts and hangs name their suspects here (the ranks that did not report, or are
+behind, or whose stack dump is elsewhere), since only the choice knows who the victims are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from activities.detection.signals import EXCEPTION_PATTERNS, Signal, SignalBuilder
+from workflows.contracts import Category, FaultDomain, JobEvidence, JobInfo, JobState
+
+_SOFTWARE = (Category.CUDA_ERROR, Category.DATA_IO, Category.INTERCONNECT, Category.APP_ERROR, Category.NCCL_ERROR)
+_SOFTWARE_TIE = {c: i for i, c in enumerate(_SOFTWARE)}
+_CONDEMN_ORDER = (Category.GPU_HARDWARE, Category.INTERCONNECT, Category.NODE_FAILURE)
+_SYMPTOM_ORDER = (
+    Category.HOST_OOM, Category.NODE_FAILURE, Category.PREEMPTED, Category.GPU_OOM, Category.DATA_IO,
+    Category.CUDA_ERROR, Category.APP_ERROR, Category.INTERCONNECT, Category.NCCL_ERROR, Category.NCCL_TIMEOUT,
+    Category.GPU_HARDWARE, Category.HANG, Category.TIME_LIMIT,
+)
+
+
+@dataclass
+class Choice:
+    category: Category
+    signals: list[Signal]
+    base: float
+    why: str = ""
+    hosts: list[str] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)
+    victims: list[Signal] = field(default_factory=list)
+
+
+def choose_root_cause(b: SignalBuilder, evidence: JobEvidence) -> Choice:
+    sigs = b.signals
+    strong = [s for s in sigs if s.strong and s.role in ("cause", "scheduler")]
+    job = evidence.job
+    job_failed = job is not None and (job.state.failed or (job.exit_code or 0) != 0)
+    job_fine = job is not None and not job_failed and job.state in (JobState.COMPLETED, JobState.RUNNING)
+    if job is not None and job.state == JobState.COMPLETED and not job_failed:
+        return Choice(Category.NONE, [], 0.0)  # Slurm says it finished cleanly: whatever it printed was survived
+    ending = None if job_fine else b.ending_exception()
+    killed = None if job_fine else b.fatal_signal()
+    # the log itself says a process died: its output ends in an exception, a signal, a launcher's failure report
+    log_failed = ending is not None or killed is not None or any(
+        s.pattern_id in DEATH_REPORTS or (s.pattern_id == "elastic_failure_field") for s in sigs)
+    job_failed = job_failed or (job is None and log_failed) or bool(b.elastic and not job_fine)
+
+    # 1. condemning hardware/node evidence
+    condemning = [s for s in strong if s.condemns]
+    if condemning:
+        for cat in _CONDEMN_ORDER + tuple(Category):
+            chosen = [s for s in condemning if s.category == cat]
+            if chosen:
+                return Choice(cat, chosen, 0.9)
+
+    sched = {c: [s for s in strong if s.role == "scheduler" and s.category == c] for c in Category}
+    node_auth = sched[Category.NODE_FAILURE]
+    preempt_auth = sched[Category.PREEMPTED]
+    # 2. the scheduler's reason beats the words around it
+    if preempt_auth and node_auth:
+        nodefail_state = job is not None and job.state == JobState.NODE_FAIL
+        node_lines = [s for s in node_auth if s.source in ("log", "node")]
+        if nodefail_state or node_lines:
+            return Choice(Category.NODE_FAILURE, node_auth, 0.85,
+                           why="the scheduler gives a node failure as the reason; the preemption wording is its side effect")
+        return Choice(Category.PREEMPTED, preempt_auth, 0.85)
+    if preempt_auth:
+        words = [s for s in sigs if s.category == Category.NODE_FAILURE and s.role == "symptom"]
+        why = "the scheduler's reason is preemption; the 'node died' messages are how the ranks saw it" if words else ""
+        return Choice(Category.PREEMPTED, preempt_auth, 0.9, why=why)
+    if node_auth:
+        return Choice(Category.NODE_FAILURE, node_auth, 0.85)
+
+    # signals after the scheduler ended the job are fallout of it
+    cutoff = min((s.line_no for s in sched[Category.TIME_LIMIT] if s.line_no is not None), default=None)
+    timeout_state_only = bool(sched[Category.TIME_LIMIT]) and cutoff is None
+
+    def before_cutoff(s: Signal) -> bool:
+        return cutoff is None or s.line_no is None or s.line_no < cutoff
+
+    causes = [s for s in strong if s.role == "cause" and before_cutoff(s)]
+    if timeout_state_only:
+        # a job that ran out of time prints kill noise; only resource and device failures outrank it
+        causes = [s for s in causes if s.category in (
+            Category.GPU_HARDWARE, Category.HOST_OOM, Category.GPU_OOM, Category.CUDA_ERROR, Category.DATA_IO)]
+
+    # 3. memory
+    for cat, base in ((Category.HOST_OOM, 0.85), (Category.GPU_OOM, 0.9)):
+        chosen = [s for s in causes if s.category == cat]
+        if chosen:
+            return Choice(cat, chosen, base)
+
+    # a node the framework saw die (Ray, MPI daemons, SSH sessions): its peers' errors are fallout
+    node_deaths = [s for s in causes if s.category == Category.NODE_FAILURE]
+    if node_deaths:
+        return Choice(Category.NODE_FAILURE, node_deaths, 0.8)
+
+    # non-condemning hardware (contained ECC) is still the reason the process died
+    hw = [s for s in causes if s.category == Category.GPU_HARDWARE]
+    if hw:
+        return Choice(Category.GPU_HARDWARE, hw, 0.75)
+
+    # 4. software causes: the earliest wins, but a generic exception followed closely by a specific
+    #    error from the same process is that error's traceback (the last exception is what matters)
+    software = [s for s in causes if s.category in _SOFTWARE]
+    software = [s for s in software if not _superseded(s, software)]
+    if software:
+        first = min(software, key=lambda s: (s.order, _SOFTWARE_TIE[s.category]))
+        chosen = [s for s in software if s.category == first.category]
+        base = 0.85 if first.severity == "fatal" else 0.75
+        return Choice(first.category, chosen, base)
+
+    # 5. NCCL timeouts (they say who is waiting on whom), then hangs of the watchdog itself
+    timeouts = [s for s in causes if s.category == Category.NCCL_TIMEOUT]
+    if timeouts and not (sched[Category.TIME_LIMIT] and evidence.hang_suspected):
+        return _nccl_timeout_choice(b, timeouts, evidence)
+    hang = [s for s in causes if s.category == Category.HANG]
+    recovered: set[int] = set()
+    if hang and b.progressed_after(max(s.line_no or 0 for s in hang)):
+        recovered = {id(s) for s in sigs if s.category == Category.HANG}  # a stall training got over
+    elif hang:
+        return _hang_choice(b, hang)
+
+    # 6. out of time
+    if sched[Category.TIME_LIMIT]:
+        if evidence.hang_suspected:
+            return Choice(Category.HANG, [hang_fact(evidence), *sched[Category.TIME_LIMIT]], 0.7,
+                           why="progress had stopped before the time limit ended the job")
+        return Choice(Category.TIME_LIMIT, sched[Category.TIME_LIMIT], 0.9)
+
+    # 7. the output ends in an uncaught exception: what the process died of
+    if ending is not None and before_cutoff(ending):
+        b.signals.append(ending)
+        return Choice(Category.APP_ERROR, [ending], 0.65, why="nothing more specific is in the log")
+
+    # 8. a process that crashed on a signal of its own (SIGSEGV, SIGBUS, SIGILL, SIGFPE)
+    if killed is not None and before_cutoff(killed) and killed.text not in _OUTSIDE_SIGNALS:
+        b.signals.append(killed)
+        return Choice(killed.category, [killed], 0.6, why="only the way the process died is known")
+
+    # 9. symptoms only (and, for a job known to have failed, warnings)
+    weak = [s for s in sigs if s.role in ("symptom", "cause") and s.severity in ("fatal", "error")]
+    if not job_failed:
+        weak = [s for s in weak if not _ambiguous(s)]
+    if job_failed:
+        weak += [s for s in sigs if s.severity == "warning" and s.category != Category.NONE]
+    weak = [s for s in weak if before_cutoff(s) and id(s) not in recovered]
+    if any(s.pattern_id not in DEATH_REPORTS for s in weak):
+        weak = [s for s in weak if s.pattern_id not in DEATH_REPORTS]  # "a worker failed" says nothing of why
+    for cat in _SYMPTOM_ORDER:
+        chosen = [s for s in weak if s.category == cat]
+        if chosen:
+            if cat == Category.NCCL_TIMEOUT:
+                choice = _nccl_timeout_choice(b, chosen, evidence)
+                choice.base = 0.5
+                return choice
+            return Choice(cat, chosen, 0.5, why="only indirect signs point this way")
+
+    # a process killed from outside (SIGKILL: the OOM killer or srun ending the rest; SIGABRT: a watchdog)
+    if killed is not None and before_cutoff(killed):
+        b.signals.append(killed)
+        return Choice(killed.category, [killed], 0.5, why="only the way the process died is known")
+
+    # 10. a hang without words
+    if evidence.hang_suspected:
+        return Choice(Category.HANG, [hang_fact(evidence)], 0.6, hosts=sorted(set(evidence.straggler_hosts)))
+    # 11. a failed job is never "nothing": say that the cause is unknown, with what the end of the output shows
+    if job_failed:
+        unknown = b.unknown()
+        b.signals.append(unknown)
+        return Choice(Category.UNKNOWN, [unknown], 0.3, why="the job failed and no known failure explains it")
+    return Choice(Category.NONE, [], 0.0)
+
+
+# launcher lines that report a worker's death (the cause is elsewhere, but something died)
+_OUTSIDE_SIGNALS = {"signal 9", "signal 6"}  # Fallback.signature_text of kills that usually come from outside
+DEATH_REPORTS = {"elastic_child_failed", "elastic_worker_failed", "srun_task_exit_code", "hydra_job_failed"}
+
+
+# symptoms that also show up in healthy runs (HTTP retries, handled exceptions, chatter about nodes)
+_AMBIGUOUS_PATTERNS = {
+    "connection_reset_generic", "c10d_store_failure", "torch_dist_network_error", "node_died_words",
+    "preempted_words", "slurm_exceeded_memory", "gloo_transport_failure", "nccl_socket_peer_closed",
+}
+
+
+def _ambiguous(s: Signal) -> bool:
+    if s.pattern_id in _AMBIGUOUS_PATTERNS:
+        return True
+    return s.pattern_id in EXCEPTION_PATTERNS and s.role == "symptom"
+
+
+def hang_fact(evidence: JobEvidence) -> Signal:
+    """The progress tracker's finding, as evidence."""
+    progress = evidence.progress
+    text = "training progress stopped"
+    if evidence.seconds_since_progress is not None:
+        text += f": no progress for {evidence.seconds_since_progress:.0f} s"
+    if progress is not None and progress.iteration is not None:
+        text += f" (last iteration seen: {progress.iteration})"
+    if evidence.straggler_hosts:
+        text += f"; slow hosts: {', '.join(sorted(evidence.straggler_hosts))}"
+    return Signal(Category.HANG, FaultDomain.UNKNOWN, "error", "cause", False, "progress", text, order=10**9)
+
+
+SURVIVED_PROGRESS_LINES = 3
+
+
+def survived(b: SignalBuilder, choice: Choice, evidence: JobEvidence) -> bool:
+    """The job kept training after everything the choice rests on: a worker OOM-killed and retried, a
+    handled error. Not for a job the scheduler says failed, nor for a GPU or node condemned outright."""
+    job = evidence.job
+    if choice.category in (Category.NONE, Category.UNKNOWN) or not choice.signals:
+        return False
+    if job is None or job.state != JobState.RUNNING or (job.exit_code or 0) != 0:
+        return False
+    if any(s.condemns or s.source != "log" for s in choice.signals):
+        return False
+    last = max(s.line_no or 0 for s in choice.signals)
+    return b.progressed_after(last, lines=SURVIVED_PROGRESS_LINES)
+
+
+def _hang_choice(b: SignalBuilder, hang: list[Signal]) -> Choice:
+    """A hang; when stack dumps show every process but a few waiting in a collective, those few are stuck."""
+    culprits = b.dump_culprits()
+    ranks: set[int] = set()
+    hosts: set[str] = set()
+    for host, task, rank in culprits:
+        r = rank if rank is not None else task
+        if r is not None:
+            ranks.add(r)
+        h = host or (b.host_of_rank(r) if r is not None else None)
+        if task is not None and b.layout is not None and not host:
+            h = b.layout.node_of_rank(task) or h
+        if h:
+            hosts.add(h)
+    why = ""
+    if culprits:
+        named = ", ".join(str(r) for r in sorted(ranks)) or "?"
+        why = (f"{len(b.dumps) - len(culprits)} process(es) wait in a collective; rank(s) {named}"
+               f"{' on ' + ', '.join(sorted(hosts)) if hosts else ''} are elsewhere: they are the ones stuck")
+    return Choice(Category.HANG, hang, 0.75, why=why, hosts=sorted(hosts), ranks=sorted(ranks))
+
+
+def _superseded(s: Signal, others: list[Signal]) -> bool:
+    if s.pattern_id not in EXCEPTION_PATTERNS or s.line_no is None:
+        return False
+    return any(
+        t.pattern_id not in EXCEPTION_PATTERNS and t.line_no is not None and 0 < t.line_no - s.line_no <= 40
+        and (t.host, t.task, t.rank) == (s.host, s.task, s.rank)
+        for t in others
+    )
+
+
+def _nccl_timeout_choice(b: SignalBuilder, timeouts: list[Signal], evidence: JobEvidence) -> Choice:
+    """Victims report the timeout; the rank that did not (or is behind) is the suspect."""
+    seq_of: dict[int, int] = {}
+    hosts_reporting: set[str] = set()
+    suspects: set[int] = set()
+    for s in timeouts:
+        if s.fields.get("suspect_rank"):
+            suspects.add(int(s.fields["suspect_rank"]))
+            continue
+        if s.host:
+            hosts_reporting.add(s.host)
+        if s.rank is None:
+            continue
+        seq = s.fields.get("seq")
+        if seq is not None:
+            seq_of[s.rank] = min(int(seq), seq_of.get(s.rank, int(seq)))
+        else:
+            seq_of.setdefault(s.rank, -1)
+    reporters = set(seq_of)
+    enqueued = {s.rank: int(s.fields["enqueued"]) for s in timeouts if s.rank is not None and s.fields.get("enqueued")}
+    if len(enqueued) >= 2 and len(set(enqueued.values())) > 1:
+        most = max(enqueued.values())
+        suspects |= {r for r, n in enqueued.items() if n < most}  # it never enqueued what the others wait on
+    known_seqs = {r: q for r, q in seq_of.items() if q >= 0}
+    if len(set(known_seqs.values())) > 1:
+        newest = max(known_seqs.values())
+        suspects |= {r for r, q in known_seqs.items() if q < newest}
+    if not suspects and len(reporters) >= 2 and max(reporters) < 65536:
+        world = _world_size(evidence.job, reporters)
+        silent = set(range(world)) - reporters
+        if silent and len(silent) <= max(1, world // 4) and len(silent) < len(reporters):
+            suspects |= silent
+    hosts: set[str] = set()
+    for r in suspects:
+        h = b.host_of_rank(r)
+        if h:
+            hosts.add(h)
+    if not suspects and len(hosts_reporting) >= 2 and len(b.job_hosts) > len(hosts_reporting):
+        silent_hosts = set(b.job_hosts) - hosts_reporting
+        if len(silent_hosts) == 1:
+            hosts |= silent_hosts
+    why = ""
+    if suspects or hosts:
+        named = ", ".join(str(r) for r in sorted(suspects)) or "none identified"
+        why = (f"{len(reporters)} rank(s) reported the timeout (victims); suspect rank(s): {named}"
+               f"{' on ' + ', '.join(sorted(hosts)) if hosts else ''}")
+    elif reporters:
+        why = f"{len(reporters)} rank(s) reported the timeout and none stands out as the one that never arrived"
+    base = 0.7 if (suspects or hosts) else 0.6
+    return Choice(Category.NCCL_TIMEOUT, timeouts, base, why=why, hosts=sorted(hosts), ranks=sorted(suspects))
+
+
+def _world_size(job: JobInfo | None, reporters: set[int]) -> int:
+    seen = max(reporters) + 1
+    if job is not None:
+        layout_total = sum(job.layout.tasks_per_node) if job.layout.tasks_per_node else 0
+        if layout_total >= seen:
+            return layout_total
+        if job.num_tasks and job.num_tasks >= seen:
+            return job.num_tasks
+    return seen
+

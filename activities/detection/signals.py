@@ -1,0 +1,524 @@
+"""Flagged log lines and scheduler, node and metric facts turned into classified signals.
+
+A *signal* is one piece of evidence: category, fault domain, severity, role (cause, symptom,
+scheduler), the host, rank, task and GPU it concerns and the peers it names. `SignalBuilder`
+makes them and keeps the bookkeeping the blame rules need: ranks learnt on hosts, torchrun's
+failure summaries, stack dumps per process, the last lines of the output. Pure code.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from activities.detection import fallback
+from activities.detection.catalogue import Catalogue, PatternSpec
+from activities.detection.hosts import NodeMap, mentioned_ips
+from activities.detection.line_context import MAX_LINE, LineContext, parse_context
+from activities.detection.progress import parse_progress_line
+from activities.detection.xid import xid_info
+from workflows.contracts import Category, EvidenceLine, FaultDomain, JobEvidence, JobInfo, JobState, NodeInfo
+
+MAX_SIGNAL_LINES = 20000  # flagged lines turned into signals (first ones and last ones kept)
+_DUMP_PATTERNS = {"stack_dump_header", "faulthandler_timeout_dump", "stack_frame_in_collective"}
+
+
+@dataclass
+class Signal:
+    """One piece of evidence, classified."""
+
+    category: Category
+    fault_domain: FaultDomain
+    severity: str
+    role: str  # cause | symptom | scheduler
+    condemns: bool
+    source: str  # log | scheduler | node | metrics
+    line: str
+    line_no: int | None = None
+    pattern_id: str | None = None
+    host: str | None = None
+    rank: int | None = None
+    task: int | None = None
+    gpu: str | None = None
+    fields: dict[str, str] = field(default_factory=dict)
+    note: str = ""
+    text: str = ""  # the line without prefixes (for the signature)
+    order: int = 0  # position in the log (scheduler facts come last)
+    peers: list[str] = field(default_factory=list)  # other nodes the line names (a link's far end, a peer)
+    host_from: str = ""  # "message" (the line names it), "prefix" (who printed it), "layout" (rank/task map)
+
+    @property
+    def strong(self) -> bool:
+        return self.severity in {"fatal", "error"}
+
+
+EXCEPTION_PATTERNS = {"python_exception", "python_exception_qualified"}
+FALLBACK_PATTERNS = {"fallback_uncaught_exception", "fallback_fatal_signal", "fallback_unknown"}
+_GENERIC = EXCEPTION_PATTERNS | {"cuda_error_generic", "nccl_error_generic", "connection_reset_generic"}
+_STRUCTURE = {"python_traceback", "elastic_failure_field"}
+# exception types that report a failure elsewhere rather than being one
+_SYMPTOM_EXCEPTIONS = {
+    "KeyboardInterrupt", "SystemExit", "SignalException", "ChildFailedError", "DistBackendError",
+    "DistNetworkError", "DistStoreError", "DistError", "ConnectionResetError", "BrokenPipeError",
+    "ConnectionAbortedError", "ProcessExitedException", "ProcessRaisedException", "CalledProcessError",
+    "RendezvousClosedError", "RendezvousTimeoutError", "TimeoutError", "CancelledError",
+}
+_NUMERIC_MESSAGE = re.compile(r"^[\s0-9.,eE+\-%:=/()]*$")
+_SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
+
+
+def _cat(value: str) -> Category:
+    return Category(value)
+
+
+class SignalBuilder:
+    """Turns flagged lines and facts into signals; keeps the rank/host bookkeeping."""
+
+    def __init__(self, evidence: JobEvidence, catalogue: Catalogue) -> None:
+        self.evidence = evidence
+        self.catalogue = catalogue
+        self.specs = catalogue.by_id()
+        self.benign = [p.compiled for p in catalogue.benign_patterns]
+        job = evidence.job
+        hosts = list(job.nodes) if job else []
+        if job:
+            hosts += [h for h in job.layout.nodes if h not in hosts]
+        self.nodemap = NodeMap.build(hosts, evidence.nodes)
+        self.job_hosts = frozenset(hosts)  # the job's own nodes (empty when unknown)
+        self.known_hosts = self.nodemap.names  # every node the evidence can name
+        self.spellings = frozenset(self.nodemap.aliases)  # node names, FQDNs and addresses
+        self.layout = job.layout if job else None
+        self.signals: list[Signal] = []
+        self.benign_lines = 0
+        self.elastic: list[dict[str, str]] = []  # torchrun failure summaries, in order
+        self.tracebacks: dict[tuple, int] = {}  # source key -> line of the last "Traceback" start
+        self.rank_host: dict[int, str] = {}  # learnt from lines naming both
+        self.tail: list[tuple[int, str]] = []  # the last lines of the output, flagged or not
+        self.specific_lines: set[int] = set()  # lines a specific catalogue pattern already explains
+        # stack dumps, per process that printed one: does any of its threads wait in a collective?
+        self.dumps: dict[tuple, bool] = {}
+        self._dumping: tuple | None = None  # the process whose dump the following unprefixed frames belong to
+        # position of a line in the log as the verdict orders it -> the line's file line number and stream
+        # (empty when the positions are the file's line numbers already)
+        self.where: dict[int, EvidenceLine] = {}
+
+    def cite(self, s: Signal) -> EvidenceLine:
+        """A signal as the evidence line the verdict shows: file line number and stream for a log line."""
+        line_no, stream = s.line_no, None
+        placed = self.where.get(s.line_no) if s.line_no is not None and s.source == "log" else None
+        if placed is not None:
+            line_no, stream = placed.line_no, placed.stream
+        return EvidenceLine(source=s.source, line=clean_text(s.line[:2000]), line_no=line_no, pattern_id=s.pattern_id,
+                            host=s.host, rank=s.rank, stream=stream)
+
+    # --------------------------------------------------------------- the end of the output
+
+    def _strip(self, line: str) -> str:
+        return parse_context(line, known_hosts=self.spellings).text
+
+    def fallback_signal(self, found: fallback.Fallback, pattern_id: str) -> Signal:
+        """A fallback finding as a signal, with the host and rank its line's prefixes give."""
+        raw = dict(self.tail).get(found.line_no, found.line) if found.line_no is not None else found.line
+        ctx = parse_context(raw, known_hosts=self.spellings) if found.line_no is not None else LineContext()
+        return Signal(
+            category=found.category, fault_domain=found.fault_domain, severity="error", role="cause",
+            condemns=False, source="log" if found.line_no is not None else "scheduler", line=raw,
+            line_no=found.line_no, pattern_id=pattern_id, host=self._norm_host(ctx.host), task=ctx.task,
+            rank=ctx.rank, note=found.note, text=found.signature_text, order=10**7,
+        )
+
+    def ending_exception(self) -> Signal | None:
+        found = fallback.ends_in_exception(self.tail, self._strip)
+        if found is None or found.line_no in self.specific_lines:
+            return None  # nothing, or a line the catalogue knows better (its signal decides)
+        short = found.signature_text.rsplit(".", 1)[-1]
+        if short in _SYMPTOM_EXCEPTIONS:
+            return None  # a launcher reporting a failure elsewhere
+        return self.fallback_signal(found, "fallback_uncaught_exception")
+
+    def fatal_signal(self) -> Signal | None:
+        found = fallback.fatal_signal(self.tail, self.evidence.job, self._strip)
+        return self.fallback_signal(found, "fallback_fatal_signal") if found is not None else None
+
+    def unknown(self) -> Signal:
+        return self.fallback_signal(fallback.unknown_failure(self.tail, self.evidence.job, self._strip),
+                                    "fallback_unknown")
+
+    # --------------------------------------------------------------- log lines
+
+    def add_log(self, numbered: Sequence[tuple[int, str]], hits: Iterable[EvidenceLine]) -> None:
+        by_line: dict[int, list[str]] = {}
+        for hit in hits:
+            ids = by_line.setdefault(hit.line_no, [])
+            if hit.pattern_id not in ids:
+                ids.append(hit.pattern_id)
+        text_of = dict(numbered)
+        line_nos = sorted(by_line)
+        if len(line_nos) > MAX_SIGNAL_LINES:  # hostile volume: keep the start and the end
+            half = MAX_SIGNAL_LINES // 2
+            line_nos = line_nos[:half] + line_nos[-half:]
+        for order, line_no in enumerate(line_nos):
+            line = text_of.get(line_no, "")[:MAX_LINE]
+            self._add_line(line_no, line, by_line[line_no], order)
+
+    def _add_line(self, line_no: int, line: str, ids: list[str], order: int) -> None:
+        specs = [self.specs[i] for i in ids if i in self.specs]
+        if any(s.benign for s in specs) or any(rx.search(line) for rx in self.benign):
+            self.benign_lines += 1
+            return
+        specs = [s for s in specs if not s.benign]
+        if not specs:
+            return
+        ctx = parse_context(line, known_hosts=self.spellings)
+        key = (ctx.host, ctx.task, ctx.rank)
+        specific = [s for s in specs if s.id not in _GENERIC and s.id not in _STRUCTURE]
+        if specific:
+            self.specific_lines.add(line_no)
+            specs = [s for s in specs if s.id not in _GENERIC]
+        elif any(s.id not in EXCEPTION_PATTERNS for s in specs if s.id in _GENERIC):
+            specs = [s for s in specs if s.id not in EXCEPTION_PATTERNS]
+        if "python_exception" in {s.id for s in specs}:
+            specs = [s for s in specs if s.id != "python_exception_qualified"]  # one exception, one signal
+        if any(s.id in _DUMP_PATTERNS for s in specs):
+            self._track_dump(ctx, specs, line)
+        for spec in specs:
+            if spec.id == "python_traceback":
+                self.tracebacks[key] = line_no
+                continue
+            fields = spec.extract_fields(line)
+            if spec.id == "elastic_failure_field":
+                self._elastic_field(fields, line_no)
+                continue
+            if spec.id == "launcher_first_failed_rank":
+                rank = fields.get("rank") or fields.get("container_rank")
+                if rank is not None and not any(e.get("rank") for e in self.elastic):
+                    self.elastic.append({"line_no": str(line_no), "rank": rank})
+                continue
+            sig = self._signal(spec, line, line_no, ctx, fields, order)
+            if sig is not None:
+                self.signals.append(sig)
+
+    def _signal(
+        self, spec: PatternSpec, line: str, line_no: int, ctx: LineContext, fields: dict[str, str], order: int
+    ) -> Signal | None:
+        sig = Signal(
+            category=spec.category, fault_domain=spec.fault_domain, severity=spec.severity, role=spec.role,
+            condemns=spec.condemns, source="log", line=line, line_no=line_no, pattern_id=spec.id,
+            host=self._norm_host(fields.get("host") or ctx.host), task=ctx.task, rank=ctx.rank,
+            fields=fields, text=ctx.text, order=order,
+        )
+        named = self._named_hosts(ctx.text)
+        if fields.get("host"):
+            sig.host_from = "message"
+        elif sig.host:
+            sig.host_from = "prefix"
+        if sig.host is None and named:
+            sig.host, sig.host_from = named[0], "message"  # "... on instance gpu-b17", "Node failure on node12"
+        peer = fields.get("peer")
+        # with a node map, only a peer it knows can be acted on; offline, the address as the log gave it
+        peer = self.nodemap.resolve(peer) if self.nodemap else self._norm_host(peer)
+        sig.peers = [h for h in ([peer] if peer else []) + named if h and h != sig.host]
+        sig.peers = list(dict.fromkeys(sig.peers))
+        family = (fallback.exception_family(fields.get("exc_type", ""), fields.get("message") or "")
+                  if spec.id in EXCEPTION_PATTERNS else None)
+        if family is not None:
+            sig.category, sig.fault_domain = family
+        if "rank" in fields:
+            sig.rank = int(fields["rank"])
+        if "tasks" in fields:
+            tasks = _task_ids(fields["tasks"])
+            if tasks:
+                sig.task = tasks[0]
+                sig.fields["task_ids"] = ",".join(map(str, tasks))
+        if sig.rank is not None and sig.host and (ctx.host or "host" in fields):
+            self.rank_host.setdefault(sig.rank, sig.host)
+        pci = fields.get("pci")
+        if not pci and spec.category == Category.GPU_HARDWARE:
+            m = _PCI.search(ctx.text)
+            pci = m.group(1) if m else None  # "NVRM: GPU 0000:9b:00.0: GPU has fallen off the bus."
+        if pci:
+            pci = _norm_pci(pci)
+            sig.gpu = f"{sig.host}:{pci.lower()}" if sig.host else pci.lower()
+        elif fields.get("gpu_index"):
+            sig.gpu = f"{sig.host}:{fields['gpu_index']}" if sig.host else fields["gpu_index"]
+        elif ctx.local_gpu is not None and sig.host:
+            sig.gpu = f"{sig.host}:{ctx.local_gpu}"
+        if spec.id == "nvrm_xid" and fields.get("xid"):
+            info = xid_info(int(fields["xid"]))
+            earlier = _PREVIOUS_XID.search(line)
+            if earlier and not info.condemns:
+                # "Xid 45 ... caused by previous Xid 149": the line is evidence of the earlier one on this GPU
+                info = xid_info(int(earlier.group(1)))
+            sig.category, sig.fault_domain = _cat(info.category), FaultDomain(info.fault_domain)
+            sig.severity, sig.condemns = info.severity, info.condemns
+            sig.note = f"Xid {info.code} ({info.name}): {info.meaning}; action: {info.action}"
+        elif spec.id in EXCEPTION_PATTERNS:
+            return self._exception(sig, ctx, line_no)
+        elif spec.id == "srun_task_exit_code" and fields.get("exit_code") == str(self._dnr_code()):
+            sig.role, sig.severity = "cause", "fatal"
+            sig.note = f"exit code {fields['exit_code']}: the application asked not to be restarted"
+        elif spec.id == "nvswitch_sxid" and fields.get("fatality") == "Fatal":
+            return None  # nvswitch_sxid_fatal carries it
+        elif spec.id == "dataloader_killed" and fields.get("signal", "").strip() == "Bus error":
+            sig.note = "the worker died of SIGBUS: /dev/shm is too small for the DataLoader"
+        return sig
+
+    def _exception(self, sig: Signal, ctx: LineContext, line_no: int) -> Signal | None:
+        exc = sig.fields.get("exc_type", "")
+        message = sig.fields.get("message", "") or ""
+        short = exc.rsplit(".", 1)[-1]
+        if not short[:1].isupper():
+            return None  # "socket.error: ..." style lowercase names are not raised exception classes
+        if message and _NUMERIC_MESSAGE.match(message):
+            return None  # "ValError: 0.12" is a metric, not an exception
+        key = (ctx.host, ctx.task, ctx.rank)
+        started = self.tracebacks.get(key)
+        if short in _SYMPTOM_EXCEPTIONS:
+            sig.role, sig.severity = "symptom", "warning"
+        elif started is None:
+            sig.role = "symptom"  # an exception printed without a traceback (logged, maybe handled)
+        sig.note = f"{exc}: {message}".strip() if message else exc
+        return sig
+
+    def _track_dump(self, ctx: LineContext, specs: list[PatternSpec], line: str) -> None:
+        own = (ctx.host, ctx.task, ctx.rank) if (ctx.task is not None or ctx.rank is not None) else None
+        header = next((s for s in specs if s.id in ("stack_dump_header", "faulthandler_timeout_dump")), None)
+        if header is not None:
+            rank = header.extract_fields(line).get("rank")
+            if own is None and rank is not None:
+                own = (ctx.host, None, int(rank))
+            if own is not None:
+                self._dumping = own
+                self.dumps.setdefault(own, False)
+        source = own or self._dumping
+        if source is not None and any(s.id == "stack_frame_in_collective" for s in specs):
+            self.dumps[source] = True
+
+    def progressed_after(self, line_no: int, *, lines: int = 2) -> bool:
+        """Training went on after `line_no`: `lines` progress lines later in the output, the number growing."""
+        seen: list[int] = []
+        for n, line in self.tail:
+            if n <= line_no:
+                continue
+            sample = parse_progress_line(self._strip(line))
+            if sample is not None and sample.iteration is not None:
+                seen.append(sample.iteration)
+        return len(seen) >= lines and seen[-1] > seen[0]
+
+    def dump_culprits(self) -> list[tuple]:
+        """Processes whose dump shows no thread in a collective while the others' do: the stuck ones."""
+        waiting = [k for k, in_collective in self.dumps.items() if in_collective]
+        elsewhere = [k for k, in_collective in self.dumps.items() if not in_collective]
+        if not waiting or not elsewhere or len(elsewhere) > max(1, len(self.dumps) // 2):
+            return []
+        return elsewhere
+
+    def _elastic_field(self, fields: dict[str, str], line_no: int) -> None:
+        if not self.elastic or ("host" in fields and "host" in self.elastic[-1]) or (
+            "rank" in fields and "rank" in self.elastic[-1]
+        ):
+            self.elastic.append({"line_no": str(line_no)})
+        self.elastic[-1].update(fields)
+
+    def _dnr_code(self) -> int:
+        return 93
+
+    def _norm_host(self, host: str | None) -> str | None:
+        return self.nodemap.normalise(host)
+
+    def _named_hosts(self, text: str) -> list[str]:
+        """Nodes a line names outside its prefixes: known spellings, else (offline) bare IP addresses."""
+        named = self.nodemap.mentioned(text)
+        if not named and not self.nodemap:
+            named = mentioned_ips(text)
+        return named
+
+    # --------------------------------------------------------------- torchrun summaries
+
+    def elastic_root(self) -> tuple[str | None, int | None] | None:
+        """Host and rank of torchrun's first observed failure, if the log has its summary."""
+        for entry in self.elastic:
+            if entry.get("host") or entry.get("rank"):
+                rank = int(entry["rank"]) if entry.get("rank") else None
+                host = self._norm_host(entry.get("host")) or (self.host_of_rank(rank) if rank is not None else None)
+                return host, rank
+        return None
+
+    def add_elastic(self) -> None:
+        """torchrun's 'Root Cause' blocks: the first one names the first failed worker."""
+        for entry in self.elastic[:4]:
+            code = entry.get("exitcode")
+            if code is None:
+                continue
+            exitcode = int(code)
+            host = self._norm_host(entry.get("host"))
+            rank = int(entry["rank"]) if entry.get("rank") else None
+            signum = -exitcode if exitcode < 0 else (int(entry["signal"]) if entry.get("signal") else None)
+            if signum == 9:
+                cat, dom, sev, note = Category.HOST_OOM, FaultDomain.RESOURCE, "error", "killed by SIGKILL (usually the OOM killer)"
+            elif signum == 7:
+                cat, dom, sev, note = Category.HOST_OOM, FaultDomain.RESOURCE, "error", "killed by SIGBUS (shared memory exhausted)"
+            elif signum == 11:
+                cat, dom, sev, note = Category.APP_ERROR, FaultDomain.APPLICATION, "error", "crashed with SIGSEGV"
+            elif signum in (6, 15, 2, 1):
+                cat, dom, sev, note = Category.APP_ERROR, FaultDomain.APPLICATION, "warning", f"ended by {_SIGNALS[signum]}"
+            else:
+                cat, dom, sev, note = Category.APP_ERROR, FaultDomain.APPLICATION, "error", f"exited with code {exitcode}"
+            if exitcode == self._dnr_code():
+                sev, note = "fatal", f"exit code {exitcode}: the application asked not to be restarted"
+            self.signals.append(Signal(
+                category=cat, fault_domain=dom, severity=sev, role="cause" if sev == "fatal" else "symptom",
+                condemns=False, source="log", line=f"torchrun root cause: host {host} rank {rank} exitcode {exitcode}",
+                line_no=int(entry["line_no"]), pattern_id="elastic_failure_field", host=host, rank=rank,
+                note=f"worker {note}", order=10**8,
+            ))
+
+    # --------------------------------------------------------------- scheduler, nodes, metrics
+
+    def add_job(self, job: JobInfo) -> None:
+        def fact(cat: Category, dom: FaultDomain, sev: str, text: str, *, role: str = "scheduler") -> None:
+            self.signals.append(Signal(
+                category=cat, fault_domain=dom, severity=sev, role=role, condemns=False, source="scheduler",
+                line=text, order=10**9,
+            ))
+
+        state, reason = job.state, (job.reason or "")
+        described = f"job {job.job_id} state {state.value}" + (f", reason {reason}" if reason else "")
+        if job.exit_code is not None:
+            described += f", exit code {job.exit_code}"
+        lowered = reason.lower().replace("_", "").replace(" ", "")
+        if state in (JobState.TIMEOUT, JobState.DEADLINE) or "timelimit" in lowered:
+            fact(Category.TIME_LIMIT, FaultDomain.SCHEDULER, "fatal", described)
+        if state in (JobState.NODE_FAIL, JobState.BOOT_FAIL) or "nodefail" in lowered or "nodedown" in lowered:
+            fact(Category.NODE_FAILURE, FaultDomain.NODE, "fatal", described)
+        if state == JobState.PREEMPTED or "preempt" in lowered:
+            fact(Category.PREEMPTED, FaultDomain.SCHEDULER, "fatal", described)
+        if state == JobState.OUT_OF_MEMORY or "outofmemory" in lowered:
+            fact(Category.HOST_OOM, FaultDomain.RESOURCE, "fatal", described, role="cause")
+        if job.exit_code == self._dnr_code():
+            fact(Category.APP_ERROR, FaultDomain.APPLICATION, "fatal",
+                 described + " (the application asked not to be restarted)", role="cause")
+
+    def add_nodes(self, nodes: Sequence[NodeInfo]) -> None:
+        job_nodes = self.job_hosts
+        for node in nodes:
+            if job_nodes and node.name not in job_nodes:
+                continue
+            down = node.state in {"DOWN", "FAIL", "FAILING"} or "NOT_RESPONDING" in node.flags
+            reason = node.reason or ""
+            ours = node.drained_by_jobmedic
+            text = f"node {node.name} {node.state}{'+' + '+'.join(node.flags) if node.flags else ''}"
+            if reason:
+                text += f" reason: {reason}"
+            gpu = _gpu_words(reason)
+            if gpu is not None and (node.drained or down) and not ours:
+                cat, dom, sev, condemns, note = gpu
+                self.signals.append(Signal(cat, dom, sev, "scheduler", condemns, "node", text, host=node.name,
+                                           note=note, order=10**9))
+            elif down:
+                self.signals.append(Signal(Category.NODE_FAILURE, FaultDomain.NODE, "fatal", "scheduler", True,
+                                           "node", text, host=node.name, order=10**9))
+            elif node.drained and not ours:
+                self.signals.append(Signal(Category.NODE_FAILURE, FaultDomain.NODE, "warning", "symptom", False,
+                                           "node", text, host=node.name, order=10**9))
+
+    def add_metrics(self, facts: Sequence[EvidenceLine]) -> None:
+        for fact in facts:
+            text = fact.line[:MAX_LINE]
+            gpu = _gpu_words(text)
+            host = self._norm_host(fact.host)
+            if gpu is not None:
+                cat, dom, sev, condemns, note = gpu
+            elif re.search(r"(?i)nvlink.{0,40}(error|crc|replay|recovery|down)", text):
+                cat, dom, sev, condemns, note = Category.INTERCONNECT, FaultDomain.HARDWARE, "warning", False, "NVLink errors"
+            else:
+                continue
+            m = re.search(r"GPU ([0-9]{1,3})(?: \(([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9])?)\))?", text)
+            gpu_ref = None
+            if m and host:
+                gpu_ref = f"{host}:{(m.group(2) or m.group(1)).lower()}"
+            self.signals.append(Signal(cat, dom, sev, "cause", condemns, "metrics", text, host=host,
+                                       pattern_id=fact.pattern_id, note=note, gpu=gpu_ref, order=10**9))
+
+    # --------------------------------------------------------------- hosts of ranks
+
+    def resolve_hosts(self) -> None:
+        ranks = [s.rank for s in self.signals if s.rank is not None]
+        world = max(ranks) + 1 if ranks else 0
+        for sig in self.signals:
+            if sig.host:
+                continue
+            if sig.task is not None and self.layout is not None:
+                sig.host = self.layout.node_of_rank(sig.task)
+            if not sig.host and sig.rank is not None:
+                sig.host = self.rank_host.get(sig.rank) or self._host_of_rank(sig.rank, world)
+            if not sig.host and len(self.job_hosts) == 1 and sig.source == "log":
+                sig.host = next(iter(self.job_hosts))
+            if sig.host:
+                sig.host_from = "layout"
+                if sig.gpu and (sig.gpu.count(":") == 2 or sig.gpu.isdigit()):
+                    sig.gpu = f"{sig.host}:{sig.gpu}"  # a bare PCI id or index from a line without a host
+
+    def host_of_rank(self, rank: int) -> str | None:
+        ranks = [s.rank for s in self.signals if s.rank is not None]
+        world = max(ranks + [rank]) + 1
+        return self.rank_host.get(rank) or self._host_of_rank(rank, world)
+
+    def _host_of_rank(self, rank: int, world: int) -> str | None:
+        layout = self.layout
+        if layout is None or not layout.nodes:
+            return None
+        total = sum(layout.tasks_per_node) if len(layout.tasks_per_node) == len(layout.nodes) else 0
+        if total and world <= total:
+            return layout.node_of_rank(rank)
+        # one Slurm task per node running torchrun: global ranks are blocks of ranks per node
+        per_node = max(1, math.ceil(max(world, rank + 1) / len(layout.nodes)))
+        index = rank // per_node
+        return layout.nodes[index] if index < len(layout.nodes) else None
+
+
+_PREVIOUS_XID = re.compile(r"caused by previous Xid ([0-9]{1,4})")
+_PCI = re.compile(r"(?<![0-9A-Fa-f:])((?:[0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9])?(?![0-9A-Fa-f:])")
+MAX_TASK_IDS = 64
+
+
+def _norm_pci(pci: str) -> str:
+    """`00000000:3B:00.0` -> `0000:3b:00`: one spelling per GPU whatever tool printed it."""
+    parts = pci.lower().split(".")[0].split(":")
+    if len(parts) == 3 and len(parts[0]) == 8:
+        parts[0] = parts[0][4:]
+    return ":".join(parts)
+
+
+def _task_ids(text: str) -> list[int]:
+    """`0`, `1-3`, `0,2-3` -> the task ids (at most MAX_TASK_IDS)."""
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            continue
+        for t in range(int(lo), min(int(hi or lo), int(lo) + MAX_TASK_IDS) + 1):
+            out.append(t)
+            if len(out) >= MAX_TASK_IDS:
+                return out
+    return out
+
+
+def _gpu_words(text: str) -> tuple[Category, FaultDomain, str, bool, str] | None:
+    """GPU trouble named in free text (a drain reason, a metric fact)."""
+    m = re.search(r"(?i)xid[ _:=(]{0,3}(?:code[ :=]{0,3})?([0-9]{1,4})", text)
+    if m:
+        info = xid_info(int(m.group(1)))
+        return (_cat(info.category), FaultDomain(info.fault_domain), info.severity, info.condemns,
+                f"Xid {info.code} ({info.name}); action: {info.action}")
+    if re.search(r"(?i)(double[ _-]?bit|\bdbe\b|ecc_dbe|uncorrectable ecc|row[ _-]?remap[a-z_ ]{0,12}fail|"
+                 r"fallen off the bus|gpu is lost|gpu (lost|dead|missing))", text):
+        return Category.GPU_HARDWARE, FaultDomain.HARDWARE, "fatal", True, "GPU hardware fault"
+    return None
+
+
+def clean_text(text: str) -> str:
+    """Text safe to serialise anywhere: lone surrogates (undecodable bytes) and NULs replaced."""
+    return text.encode("utf-8", "replace").decode("utf-8").replace("\x00", "?")
