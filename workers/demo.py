@@ -24,7 +24,7 @@ from pathlib import Path
 from adapters.errors import JobmedicError
 from workers.settings import ClusterSettings, Settings
 from workers.temporal_client import workflow_page
-from workflows.contracts import AuditEntry, EventType, JobInfo, JobState, Mode
+from workflows.contracts import ActionKind, AdviceAction, AuditEntry, EventType, JobInfo, JobState, Mode
 
 DEMO_CLUSTER = "demo"
 DEMO_QUEUE = "jobmedic-demo"
@@ -189,7 +189,7 @@ def check_outcome(o: DemoOutcome) -> None:
         problems.append("no advice was recorded")
     elif o.blamed_node not in advice[0].implicated_nodes:
         problems.append(f"the advice blamed {advice[0].implicated_nodes}, not {o.blamed_node}")
-    elif advice[0].action not in {"restart_exclude", "restart_drain"}:
+    elif advice[0].action not in {AdviceAction.RESTART_EXCLUDE, AdviceAction.RESTART_DRAIN}:
         problems.append(f"the advice was {advice[0].action} ({advice[0].rule}), not a restart excluding the node")
     if EventType.DETECTION not in kinds:
         problems.append("the failure was not detected")
@@ -200,7 +200,7 @@ def check_outcome(o: DemoOutcome) -> None:
             problems.append(f"observe mode changed the job: {o.final_job.state.value}, restarts {o.final_job.restarts}")
     else:
         confirmed = {e.action for e in o.entries if e.event_type is EventType.ACTION_CONFIRMED}
-        for action in ("requeue_hold", "exclude_nodes", "release"):
+        for action in (ActionKind.REQUEUE_HOLD, ActionKind.EXCLUDE_NODES, ActionKind.RELEASE):
             if action not in confirmed:
                 problems.append(f"no confirmed {action}")
         for kind in (EventType.ALLOCATION_RESTART, EventType.PROGRESS_RESTORED, EventType.COMPLETED):

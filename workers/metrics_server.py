@@ -62,7 +62,7 @@ from prometheus_client.utils import floatToGoString
 
 from adapters.errors import AuditStoreError
 from workers.report import OUTCOMES, ClusterFigures, Incident, Report, build_report
-from workflows.contracts import AuditEntry, EventType
+from workflows.contracts import ActionKind, AuditEntry, EventType
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # what a scraper that asks for nothing in particular gets
 # seconds; from a fast detection to a restart that waited in the queue for hours
@@ -185,7 +185,7 @@ def audit_families(entries: Iterable[AuditEntry]) -> list[Metric]:
             changed = (e.detail or {}).get("changed", True)  # a hold before the decision is a change
             confirmed[e.cluster, e.action or "unknown", "changed" if changed else "already_in_effect"] += 1
         elif e.event_type is EventType.WATCHDOG:
-            watchdog[e.cluster, "true" if e.action == "release" else "false"] += 1
+            watchdog[e.cluster, "true" if e.action == ActionKind.RELEASE else "false"] += 1
         elif e.event_type is EventType.SYSTEMIC_EVENT:
             systemic[e.cluster, e.action or "unknown"] += 1
         elif e.event_type is EventType.LEMON_NODE:

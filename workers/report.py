@@ -60,10 +60,10 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workflows.contracts import AuditEntry, EventType
+from workflows.contracts import ActionKind, AdviceAction, AuditEntry, EventType, IncidentKind
 
-RECOVERY_ACTIONS = frozenset({"release", "cancel"})
-NOT_INTERRUPTIONS = frozenset({"straggler"})
+RECOVERY_ACTIONS = frozenset({ActionKind.RELEASE, ActionKind.CANCEL})
+NOT_INTERRUPTIONS = frozenset({IncidentKind.STRAGGLER})
 SUCCESS_OUTCOMES = ("restored", "completed")
 FAILURE_OUTCOMES = ("stopped", "watchdog", "superseded")
 OUTCOMES = (*SUCCESS_OUTCOMES, *FAILURE_OUTCOMES, "open")
@@ -320,7 +320,7 @@ def _one_job(
     downtime = _union_length(down, span_start, span_end)
     productive = max(0.0, wall - downtime)
     stops = Counter(
-        (e.rule or "unknown") for e in trail if e.event_type is EventType.ADVICE and e.action == "stop"
+        (e.rule or "unknown") for e in trail if e.event_type is EventType.ADVICE and e.action == AdviceAction.STOP
     )
     return JobFigures(
         cluster=cluster,
@@ -348,7 +348,7 @@ def _one_incident(
     failure_at = parse_time((detection.detail or {}).get("failure_at"))
 
     action = _first(window, EventType.ACTION_CONFIRMED, actions=RECOVERY_ACTIONS)
-    release = action if action is not None and action.action == "release" else None
+    release = action if action is not None and action.action == ActionKind.RELEASE else None
     after_release = window[next(k for k, e in enumerate(window) if e is release) + 1 :] if release else []
     running = _first(after_release, EventType.ALLOCATION_RESTART)
     restored = _first(window, EventType.PROGRESS_RESTORED)

@@ -77,14 +77,24 @@ from pydantic import Field
 
 from adapters.slurm.client import same_job
 from workers.report import Figures, _ordered, utc
-from workflows.contracts import AuditEntry, EventType, JobInfo, JobKey, JobState, NodeInfo
+from workflows.contracts import (
+    AdviceAction,
+    AuditEntry,
+    EventType,
+    IncidentKind,
+    JobInfo,
+    JobKey,
+    JobState,
+    Mode,
+    NodeInfo,
+)
 
 RESUBMIT_WINDOW_S = 2 * 3600.0
 KINDS = ("restart", "stop", "node", "healthy")
 RESULTS = ("agree", "disagree", "open", "untested")
-RESTARTS = frozenset({"restart", "restart_exclude", "restart_drain"})
-UNSCORED_ACTIONS = frozenset({"hold", "leave_to_slurm"})
-INTERRUPTIONS = frozenset({"failed", "hang"})
+RESTARTS = frozenset({AdviceAction.RESTART, AdviceAction.RESTART_EXCLUDE, AdviceAction.RESTART_DRAIN})
+UNSCORED_ACTIONS = frozenset({AdviceAction.HOLD, AdviceAction.LEAVE_TO_SLURM})
+INTERRUPTIONS = frozenset({IncidentKind.FAILED, IncidentKind.HANG})
 _PROGRESS = (EventType.CHECKPOINT_SAVED, EventType.PROGRESS_RESTORED, EventType.COMPLETED)
 _BAD_NODE_STATES = frozenset({"DOWN", "FAIL", "FAILING"})
 
@@ -186,13 +196,13 @@ def signature(entry: AuditEntry) -> tuple[str, str]:
 
 
 def _is_straggler(entry: AuditEntry) -> bool:
-    return (entry.detail or {}).get("incident") == "straggler"
+    return (entry.detail or {}).get("incident") == IncidentKind.STRAGGLER
 
 
 def _observe_advice(trail: list[AuditEntry]) -> list[tuple[int, AuditEntry]]:
     return [
         (i, e) for i, e in enumerate(trail)
-        if e.event_type is EventType.ADVICE and e.mode == "observe" and not _is_straggler(e)
+        if e.event_type is EventType.ADVICE and e.mode == Mode.OBSERVE and not _is_straggler(e)
     ]
 
 
@@ -457,20 +467,20 @@ def job_checks(
     nothing: AuditEntry | None = None
     for index, advice in _observe_advice(entries):
         action = advice.action or ""
-        if incident_of(entries, index) == "slurm_requeue":
+        if incident_of(entries, index) == IncidentKind.SLURM_REQUEUE:
             unscored.append("advice after someone else's requeue (slurm_requeue)")
         elif action in UNSCORED_ACTIONS:
             unscored.append(f"{action} advice")
         elif action in RESTARTS:
             checks.append(restart_check(trail, index, snapshot=snapshot, by_id=by_id, window_s=window_s))
-        elif action == "stop":
+        elif action == AdviceAction.STOP:
             checks.append(stop_check(trail, index, snapshot=snapshot, by_id=by_id, window_s=window_s))
-        elif action == "nothing":
+        elif action == AdviceAction.NOTHING:
             nothing = nothing or advice
         else:
             unscored.append(f"{action or 'unnamed'} advice")
     interrupted = any(
-        e.event_type is EventType.DETECTION and (e.detail or {}).get("incident") not in (None, "straggler")
+        e.event_type is EventType.DETECTION and (e.detail or {}).get("incident") not in (None, IncidentKind.STRAGGLER)
         for e in entries
     )
     if not checks and not unscored and (nothing is not None or not interrupted):
@@ -524,7 +534,7 @@ def cluster_score(
     not_scored: dict[str, set[str]] = defaultdict(set)
     action_jobs: list[str] = []
     for t in cluster_trails:
-        if any(e.mode == "action" for e in t.entries):
+        if any(e.mode == Mode.ACTION for e in t.entries):
             action_jobs.append(t.key.job_id)
             continue
         found, unscored = job_checks(t, snapshot=usable, by_id=by_id, blames=blames, window_s=window_s)

@@ -253,6 +253,8 @@ class NodeInfo(Contract):
 
 
 class ActionKind(StrEnum):
+    """A scheduler action: what an `ActionResult` confirms, and the `action` of its audit entries."""
+
     REQUEUE_HOLD = "requeue_hold"
     EXCLUDE_NODES = "exclude_nodes"
     RELEASE = "release"
@@ -301,6 +303,17 @@ class FaultDomain(StrEnum):
     RESOURCE = "resource"
     SCHEDULER = "scheduler"
     UNKNOWN = "unknown"
+
+
+class IncidentKind(StrEnum):
+    """What the recovery workflow handles as one incident (`detail.incident` of its detection entries)."""
+
+    FAILED = "failed"  # the job ended in a failed state (not preempted)
+    PREEMPTED = "preempted"
+    SLURM_REQUEUE = "slurm_requeue"  # Slurm (or someone else) requeued the job, jobmedic did not
+    FATAL_RUNNING = "fatal_running"  # a fatal line in a running job that then stopped progressing
+    HANG = "hang"
+    STRAGGLER = "straggler"  # a sustained slowdown: handled apart (workflows/straggler_policy.py), not an interruption
 
 
 class Implicated(Contract):
@@ -510,6 +523,15 @@ class EventType(StrEnum):
     LEMON_NODE = "lemon_node"  # the systemic guard: a node became, or stopped being, a lemon
 
 
+class GuardAction(StrEnum):
+    """The `action` of the systemic guard's own audit entries (besides `ActionKind.RELEASE` of an event)."""
+
+    ALERT = "alert"  # a systemic event opened
+    LEMON = "lemon"  # a node became a lemon
+    CLEARED = "cleared"  # a node stopped being one
+    CAP = "cap"  # a node would be a lemon, but a cap bit
+
+
 class AuditEntry(Contract):
     """One line of the audit trail. `idempotency_key` makes the write exactly-once."""
 
@@ -527,6 +549,7 @@ class AuditEntry(Contract):
     category: str | None = None
     fault_domain: str | None = None
     implicated_nodes: list[str] = Field(default_factory=list)
+    # an AdviceAction (advice), ActionKind (scheduler actions) or GuardAction value; stored rows keep any string
     action: str | None = None
     mode: str | None = None
     rule: str | None = None

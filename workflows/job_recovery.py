@@ -53,12 +53,14 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from workflows.contracts import (
+        ActionKind,
         ActionResult,
         Advice,
         AdviceAction,
         AuditEntry,
         Category,
         EventType,
+        IncidentKind,
         JobInfo,
         JobState,
         Mode,
@@ -87,7 +89,7 @@ with workflow.unsafe.imports_passed_through():
         SignalNames,
         TimelineEvent,
     )
-    from workflows.policy import NodeLimits, SystemicHold, decide, systemic_view
+    from workflows.policy import NodeLimits, Rule, SystemicHold, decide, systemic_view
     from workflows.systemic import FailureReport, cause_signature
     from workflows.systemic_guard import (
         GuardAnswer,
@@ -333,7 +335,7 @@ class JobRecoveryWorkflow:
             # held far longer than the credential's lifetime (cred_expire): Slurm's own wait is already over
             result = await self._scheduler_activity(
                 ActivityNames.RELEASE, JobActionInput(key=self._inp.key, start_now=False), ActionResult,
-                deadline=deadline, stage="release",
+                deadline=deadline, stage=ActionKind.RELEASE,
             )
         except (_Watchdog, _NotAllowed) as failed:
             await self._audit(EventType.WATCHDOG, job=job, outcome=f"systemic event {event}: {why}; releasing the "
@@ -344,7 +346,8 @@ class JobRecoveryWorkflow:
         self._state.expected_restarts = job.restarts
         self._set_phase(Phase.WAITING_RESTART)
         await self._audit(
-            EventType.ACTION_CONFIRMED, job=result.job or job, action="release", key_suffix=f"systemic-release-{event}",
+            EventType.ACTION_CONFIRMED, job=result.job or job, action=ActionKind.RELEASE,
+            key_suffix=f"systemic-release-{event}",
             outcome=f"systemic event {event}: {why}; jobmedic's hold released",
             detail={"event_id": event, "changed": result.changed},
         )
@@ -396,7 +399,7 @@ class JobRecoveryWorkflow:
                 outcome="straggler: sustained throughput drop against the job's own baseline",
                 implicated=obs.straggler_hosts,
                 key_suffix=f"straggler-{obs.seq}",
-                detail={"incident": "straggler", "observed_at": _iso(obs.at)},
+                detail={"incident": IncidentKind.STRAGGLER, "observed_at": _iso(obs.at)},
             )
         return False
 
@@ -427,8 +430,12 @@ class JobRecoveryWorkflow:
             job=job,
             outcome=f"straggler: sustained throughput drop against the job's own baseline; {finding.explanation}",
             implicated=list(finding.culprits),
-            key_suffix="straggler",
-            detail={"incident": "straggler", "observed_at": _iso(obs.at), "finding": finding.model_dump(mode="json")},
+            key_suffix=IncidentKind.STRAGGLER,
+            detail={
+                "incident": IncidentKind.STRAGGLER,
+                "observed_at": _iso(obs.at),
+                "finding": finding.model_dump(mode="json"),
+            },
         )
         self._state.last_advice = advice
         await self._audit(
@@ -437,9 +444,9 @@ class JobRecoveryWorkflow:
             advice=advice,
             outcome=advice.reason,
             implicated=decision.recommended_exclude,
-            key_suffix="straggler",
+            key_suffix=IncidentKind.STRAGGLER,
             detail={
-                "incident": "straggler",
+                "incident": IncidentKind.STRAGGLER,
                 "recommended_exclude": decision.recommended_exclude,
                 "action_enabled": decision.action_enabled,
             },
@@ -449,7 +456,7 @@ class JobRecoveryWorkflow:
         if not (self._state.may_act and not self._state.paused):
             self._note("advice", f"{advice.action.value} ({advice.rule}) — observe mode, no scheduler action")
             return False
-        stop = await self._act_failing_open(job, advice, "straggler", False, failed_nodes=list(job.nodes))
+        stop = await self._act_failing_open(job, advice, IncidentKind.STRAGGLER, False, failed_nodes=list(job.nodes))
         if stop is None:
             return False
         self._state.straggler_restarts += 1
@@ -507,32 +514,32 @@ class JobRecoveryWorkflow:
                 detail={"iteration": ckpt},
             )
 
-    def _incident_kind(self, obs: JobObservation, previous: JobInfo | None) -> str | None:
+    def _incident_kind(self, obs: JobObservation, previous: JobInfo | None) -> IncidentKind | None:
         job = obs.job
         state_changed = previous is None or previous.state is not job.state or previous.restarts != job.restarts
         if job.state.failed and state_changed and job.state is not JobState.PREEMPTED:
-            return "failed"
+            return IncidentKind.FAILED
         if job.state is JobState.PREEMPTED and state_changed:
-            return "preempted"
+            return IncidentKind.PREEMPTED
         if (
             previous is not None
             and job.restarts > max(previous.restarts, self._state.own_restarts_upto)
             and not self._state.awaiting_restart
         ):
-            return "slurm_requeue"
+            return IncidentKind.SLURM_REQUEUE
         if (
             ObservationReason.FATAL_STALLED in obs.reasons
             and job.state is JobState.RUNNING
             and workflow.patched(FATAL_RUNNING)
         ):
-            return "fatal_running"
+            return IncidentKind.FATAL_RUNNING
         if ObservationReason.HANG in obs.reasons and job.state is JobState.RUNNING:
-            return "hang"
+            return IncidentKind.HANG
         return None
 
     # ------------------------------------------------------------------ recovery
 
-    async def _recover(self, obs: JobObservation, incident: str) -> bool:
+    async def _recover(self, obs: JobObservation, incident: IncidentKind) -> bool:
         """One incident, start to end. True when the job will not be recovered any more."""
         self._state.incidents += 1
         job = obs.job
@@ -543,7 +550,7 @@ class JobRecoveryWorkflow:
         self._set_phase(Phase.DETECTING)
         try:
             # histories from before decide-before-act held a failed job here, ahead of the decision
-            hold_first = acting and incident == "failed" and not workflow.patched(DECIDE_BEFORE_ACT)
+            hold_first = acting and incident is IncidentKind.FAILED and not workflow.patched(DECIDE_BEFORE_ACT)
             collected = await self._collect(obs, hold_first=hold_first, deadline=decision_deadline)
             # (an activity result recorded before `held_by_us` existed has only `hold.changed`)
             held_by_us = collected.held_by_us or bool(collected.hold and collected.hold.changed)
@@ -567,8 +574,7 @@ class JobRecoveryWorkflow:
                 pattern_id=(obs.hits[-1].pattern_id if obs.hits else None),
                 detail={
                     "incident": incident,
-                    "failure_at": (_iso(obs.progress_at) if incident == "hang" else _iso(obs.fatal_at)
-                                   if incident == "fatal_running" else _iso(obs.job.end_time or current.end_time)),
+                    "failure_at": _iso(_failure_at(incident, obs, current)),
                     "observed_at": _iso(obs.at),
                     "exit_code": current.exit_code,
                     "held": held_by_us,
@@ -579,9 +585,9 @@ class JobRecoveryWorkflow:
                 await self._audit(
                     EventType.ACTION_CONFIRMED,
                     job=current,
-                    action="requeue_hold",
+                    action=ActionKind.REQUEUE_HOLD,
                     outcome=f"held before the decision: {collected.hold.detail}",
-                    key_suffix="requeue_hold",
+                    key_suffix=ActionKind.REQUEUE_HOLD,
                     detail={"changed": True, "state": current.state.value, "restarts": current.restarts},
                 )
             self._set_phase(Phase.ATTRIBUTING)
@@ -627,7 +633,7 @@ class JobRecoveryWorkflow:
         return bool(await self._act_failing_open(current, advice, incident, held_by_us, failed_nodes=failed.nodes))
 
     async def _act_failing_open(
-        self, job: JobInfo, advice: Advice, incident: str, held_by_us: bool, *, failed_nodes: list[str]
+        self, job: JobInfo, advice: Advice, incident: IncidentKind, held_by_us: bool, *, failed_nodes: list[str]
     ) -> bool | None:
         """`_act` within the action deadline; None when the watchdog, a refused action or a pause/stop ended it
         (the job is then given back to normal scheduling, audited)."""
@@ -682,7 +688,13 @@ class JobRecoveryWorkflow:
             raise _Watchdog("attribute", _cause(exc)) from exc
 
     def _decide(
-        self, verdict: Verdict, job: JobInfo, attributed: AttributeOutput, incident: str, *, guard: GuardAnswer | None
+        self,
+        verdict: Verdict,
+        job: JobInfo,
+        attributed: AttributeOutput,
+        incident: IncidentKind,
+        *,
+        guard: GuardAnswer | None,
     ) -> Advice:
         now = workflow.now()
         systemic = None
@@ -710,7 +722,7 @@ class JobRecoveryWorkflow:
             systemic_hold=hold,
             nodes=nodes,
             max_attempts_override=self._inp.opt_in.max_attempts,
-            slurm_requeued=incident == "slurm_requeue",
+            slurm_requeued=incident is IncidentKind.SLURM_REQUEUE,
         )
         return advice
 
@@ -760,7 +772,7 @@ class JobRecoveryWorkflow:
         self,
         job: JobInfo,
         advice: Advice,
-        incident: str,
+        incident: IncidentKind,
         held_by_us: bool,
         *,
         failed_nodes: list[str],
@@ -777,7 +789,9 @@ class JobRecoveryWorkflow:
                     f"restarts {job.restarts}): {advice.reason}"
                 )
             else:  # a running job (a hang, a Slurm requeue) is stopped by cancelling it
-                await self._action(ActivityNames.CANCEL, JobActionInput(key=key, reason=advice.reason), "cancel", deadline)
+                await self._action(
+                    ActivityNames.CANCEL, JobActionInput(key=key, reason=advice.reason), ActionKind.CANCEL, deadline
+                )
                 outcome = f"job cancelled: {advice.reason}"
             await self._audit(EventType.STOPPED, job=job, advice=advice, outcome=outcome)
             return True
@@ -786,13 +800,13 @@ class JobRecoveryWorkflow:
                 held = await self._action(
                     ActivityNames.REQUEUE_HOLD,
                     JobActionInput(key=key, expected_restarts=job.restarts),
-                    "requeue_hold",
+                    ActionKind.REQUEUE_HOLD,
                     deadline,
                 )
                 if held.job is not None:
                     self._state.own_restarts_upto = max(self._state.own_restarts_upto, held.job.restarts)
             self._note("hold", f"job held: {advice.reason}")
-            if advice.rule == "systemic_hold" and workflow.patched(SYSTEMIC_GUARD) and self._state.holding:
+            if advice.rule == Rule.SYSTEMIC_HOLD and workflow.patched(SYSTEMIC_GUARD) and self._state.holding:
                 self._state.systemic_event = self._guard_event
                 self._state.held_since = workflow.now()
                 if self._guard_event in self._events_ended:  # the event ended while the hold was being placed
@@ -805,7 +819,7 @@ class JobRecoveryWorkflow:
             if advice.exclude_nodes and job.state is JobState.PENDING:
                 await self._exclude(job, excluded_target, deadline)
             if held_by_us:
-                await self._action(ActivityNames.RELEASE, JobActionInput(key=key), "release", deadline)
+                await self._action(ActivityNames.RELEASE, JobActionInput(key=key), ActionKind.RELEASE, deadline)
             self._set_phase(Phase.WATCHING)
             return False
 
@@ -815,7 +829,7 @@ class JobRecoveryWorkflow:
             result = await self._action(
                 ActivityNames.REQUEUE_HOLD,
                 JobActionInput(key=key, expected_restarts=job.restarts),
-                "requeue_hold",
+                ActionKind.REQUEUE_HOLD,
                 deadline,
             )
             if result.job is not None:
@@ -829,7 +843,7 @@ class JobRecoveryWorkflow:
             await self._action(
                 ActivityNames.DRAIN_NODES,
                 JobActionInput(key=key, nodes=advice.drain_nodes, reason=f"{advice.rule}: {advice.reason}"[:200]),
-                "drain",
+                ActionKind.DRAIN,
                 deadline,
             )
         self._set_phase(Phase.RESTARTING)
@@ -838,7 +852,7 @@ class JobRecoveryWorkflow:
         await self._action(
             ActivityNames.RELEASE,
             JobActionInput(key=key, start_now=_may_start_now(failed_nodes, excluded_target)),
-            "release",
+            ActionKind.RELEASE,
             deadline,
         )
         self._history = self._history.note_jobmedic_restart()
@@ -847,11 +861,12 @@ class JobRecoveryWorkflow:
 
     async def _exclude(self, job: JobInfo, nodes: list[str], deadline: datetime) -> None:
         await self._action(
-            ActivityNames.EXCLUDE_NODES, JobActionInput(key=self._inp.key, nodes=nodes), "exclude_nodes", deadline
+            ActivityNames.EXCLUDE_NODES, JobActionInput(key=self._inp.key, nodes=nodes), ActionKind.EXCLUDE_NODES,
+            deadline,
         )
         self._history = self._history.note_excluded(nodes)
 
-    async def _action(self, name: str, inp: JobActionInput, label: str, deadline: datetime) -> ActionResult:
+    async def _action(self, name: str, inp: JobActionInput, label: ActionKind, deadline: datetime) -> ActionResult:
         if self._state.paused or self._state.stopped:
             raise _Halted("recovery " + ("stopped" if self._state.stopped else "paused") + f" before {label}")
         n = self._state.incidents
@@ -863,9 +878,9 @@ class JobRecoveryWorkflow:
             implicated=inp.nodes,
         )
         result = await self._scheduler_activity(name, inp, ActionResult, deadline=deadline, stage=label)
-        if label == "requeue_hold":
+        if label is ActionKind.REQUEUE_HOLD:
             self._state.holding = True
-        elif label in {"release", "cancel"}:
+        elif label in {ActionKind.RELEASE, ActionKind.CANCEL}:
             self._state.holding = False
         job = result.job
         await self._audit(
@@ -917,11 +932,11 @@ class JobRecoveryWorkflow:
                 await self._scheduler_activity(
                     # Slurm's own post-requeue wait applies: no StartTime=now on nodes that may hold a revoked credential
                     ActivityNames.RELEASE, JobActionInput(key=self._inp.key, start_now=False), ActionResult,
-                    deadline=max(deadline, workflow.now() + timedelta(seconds=60)), stage="release",
+                    deadline=max(deadline, workflow.now() + timedelta(seconds=60)), stage=ActionKind.RELEASE,
                 )
                 self._state.holding = False
                 await self._audit(
-                    EventType.ACTION_CONFIRMED, job=job, action="release", key_suffix="halt-release",
+                    EventType.ACTION_CONFIRMED, job=job, action=ActionKind.RELEASE, key_suffix="halt-release",
                     outcome=f"{why}: released jobmedic's hold to normal scheduling",
                 )
             except _Watchdog as dog:
@@ -962,7 +977,7 @@ class JobRecoveryWorkflow:
         await self._audit(
             EventType.WATCHDOG,
             job=released.job if released and released.job else job,
-            action="release" if released else None,
+            action=ActionKind.RELEASE if released else None,
             outcome=outcome,
             key_suffix=dog.stage,
         )
@@ -1088,6 +1103,15 @@ def _may_start_now(failed_nodes: list[str], excluded: list[str]) -> bool:
     safe only when none of those nodes can be chosen again.
     """
     return bool(failed_nodes) and set(failed_nodes) <= set(excluded)
+
+
+def _failure_at(incident: IncidentKind, obs: JobObservation, current: JobInfo) -> datetime | None:
+    """When the job stopped doing useful work: its last progress (hang), the fatal line, or its end."""
+    if incident is IncidentKind.HANG:
+        return obs.progress_at
+    if incident is IncidentKind.FATAL_RUNNING:
+        return obs.fatal_at
+    return obs.job.end_time or current.end_time
 
 
 def _cause(exc: BaseException) -> str:

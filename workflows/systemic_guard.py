@@ -35,7 +35,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.contracts import AuditEntry, Contract, EventType, PolicyConfig
+    from workflows.contracts import ActionKind, AuditEntry, Contract, EventType, GuardAction, PolicyConfig
     from workflows.history import as_utc
     from workflows.messages import ActivityNames, AuditBatch
     from workflows.systemic import (
@@ -286,7 +286,7 @@ class SystemicGuardWorkflow:
             EventType.SYSTEMIC_EVENT,
             job_id=self._first_job(finding.workflow_ids),
             key=f"{event.event_id}:opened",
-            action="alert",
+            action=GuardAction.ALERT,
             outcome=f"systemic event {event.event_id} ({event.kind.value}): {event.reason}; holding the affected "
             f"jobs, released when the cause clears, by `jobmedic release --event {event.event_id}`, or after "
             f"{self._config.systemic_hold_max_s:g} s",
@@ -357,7 +357,7 @@ class SystemicGuardWorkflow:
             EventType.SYSTEMIC_EVENT,
             job_id=self._first_job(sorted(event.members)),
             key=f"{event.event_id}:released",
-            action="release",
+            action=ActionKind.RELEASE,
             outcome=f"systemic event {event.event_id} ended: {why}; releasing {len(event.members)} held job(s)",
             nodes=event.nodes,
             detail={"event_id": event.event_id, "jobs": sorted(event.members.values())},
@@ -399,22 +399,22 @@ class SystemicGuardWorkflow:
         for node in caps.lemons:
             if node not in st.lemons:
                 declared.append(now)
-                await self._lemon_audit(node, "lemon", f"node {node} implicated in failures of "
+                await self._lemon_audit(node, GuardAction.LEMON, f"node {node} implicated in failures of "
                                         f"{suspicion[node]:g} jobs within {self._config.lemon_window_s:g} s: kept out "
                                         "of every jobmedic restart" + (" and drained" if self._config.lemon_drain else ""))
         for node in st.lemons:
             if node not in caps.lemons:
-                await self._lemon_audit(node, "cleared", f"node {node} is no longer a lemon "
+                await self._lemon_audit(node, GuardAction.CLEARED, f"node {node} is no longer a lemon "
                                         f"(suspicion {suspicion.get(node, 0):g}, healthy runtime "
                                         f"{st.healthy_s.get(node, 0):g} s)")
         for node, cap in caps.refused.items():
             if st.lemon_refused.get(node) != cap:
-                await self._lemon_audit(node, "cap", f"node {node} would be a lemon, but {cap}; not excluded")
+                await self._lemon_audit(node, GuardAction.CAP, f"node {node} would be a lemon, but {cap}; not excluded")
         st.lemon_refused = dict(caps.refused)
         st.lemons = caps.lemons
         st.lemon_declared = declared
 
-    async def _lemon_audit(self, node: str, action: str, outcome: str) -> None:
+    async def _lemon_audit(self, node: str, action: GuardAction, outcome: str) -> None:
         await self._audit(
             EventType.LEMON_NODE, job_id=self._lemon_job(node), key=f"lemon:{node}:{action}:{workflow.now():%Y%m%dT%H%M%S}",
             action=action, outcome=outcome, nodes=[node], detail={"node": node},
@@ -486,8 +486,8 @@ class SystemicGuardWorkflow:
         except Exception as exc:  # noqa: BLE001 - a job workflow that ended has nothing left to hold
             workflow.logger.info("signal %s to %s not delivered: %s", name, workflow_id, exc)
 
-    async def _audit(self, event: EventType, *, job_id: str, key: str, action: str, outcome: str,
-                     nodes: list[str], detail: dict) -> None:
+    async def _audit(self, event: EventType, *, job_id: str, key: str, action: GuardAction | ActionKind,
+                     outcome: str, nodes: list[str], detail: dict) -> None:
         entry = AuditEntry(
             idempotency_key=f"{workflow.info().workflow_id}:{key}", timestamp=workflow.now(),
             cluster=self._inp.cluster, job_id=job_id, workflow_id=workflow.info().workflow_id,
