@@ -130,6 +130,8 @@ def _screen(screener: Screener, data: bytes, first_line_no: int, out: FileScan, 
         out.progress = Progress(iteration=newest.iteration, loss=newest.loss, throughput=newest.throughput,
                                 iter_time_s=newest.iter_time_s)
     for hit in result.hits:
+        if hit.line_no is None:
+            continue  # the screener numbers every hit
         if hit.line_no not in out.lines:
             out.lines[hit.line_no] = hit.line
             if len(head) < HEAD_LINES:

@@ -76,7 +76,7 @@ def implicate(
         far = [s for s in sigs if s.host in hosts and s.fields.get("peer") and s.host_from == "message"]
         if far:
             choice.why = (choice.why + "; " if choice.why else "") + (
-                f"{len(far)} failed link(s) name {', '.join(sorted({s.host for s in far}))} as their far end")
+                f"{len(far)} failed link(s) name {', '.join(sorted({s.host for s in far if s.host}))} as their far end")
     root = b.elastic_root()
     if root is not None and cat not in (Category.NCCL_TIMEOUT, Category.HANG, Category.PREEMPTED, Category.TIME_LIMIT):
         if not hosts and root[0] and implicates_hosts(cat, domain):
@@ -104,10 +104,10 @@ def implicate(
     if hosts and not ranks and cat in (Category.GPU_HARDWARE, Category.NODE_FAILURE, Category.CUDA_ERROR,
                                        Category.DATA_IO, Category.INTERCONNECT):
         # the ranks that crashed on the blamed node are where it showed
-        ranks |= {s.rank if s.rank is not None else s.task for s in b.signals
-                  if s.host in hosts and s.source == "log" and s.strong and (s.rank is not None or "tasks" in s.fields)
-                  and s.category in _RANK_CRASH and (s.rank is not None or s.task is not None)}
-        ranks.discard(None)  # type: ignore[arg-type]
+        crashed = (s.rank if s.rank is not None else s.task for s in b.signals
+                   if s.host in hosts and s.source == "log" and s.strong and (s.rank is not None or "tasks" in s.fields)
+                   and s.category in _RANK_CRASH)
+        ranks |= {r for r in crashed if r is not None}
     if hosts:  # a GPU is evidence on a blamed node; the far end's view of its own device is not
         gpus = {g for g in gpus if g.split(":", 1)[0] in hosts or ":" not in g}
     return hosts, ranks, gpus

@@ -103,9 +103,9 @@ def find_culprits(
         values = {n: readings[n][signal.key] for n in compared if signal.key in readings[n]}
         for node, reading in values.items():
             others = [r.value for n, r in values.items() if n != node]
-            text = _outlier(signal, reading, others)
-            if text is not None:
-                deviations[node].append((signal, f"{text} ({reading.where})" if reading.where else text))
+            reason = _outlier(signal, reading, others)
+            if reason is not None:
+                deviations[node].append((signal, f"{reason} ({reading.where})" if reading.where else reason))
     with_xid = {n for n in compared if _xid_codes(telemetry.get(n))}
     for node in compared:
         # an Xid most other nodes share (a driver-wide event) does not single a node out

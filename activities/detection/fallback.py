@@ -144,6 +144,7 @@ def ends_in_exception(tail: Sequence[tuple[int, str]], strip: Callable[[str], st
 def fatal_signal(tail: Sequence[tuple[int, str]], job: JobInfo | None, strip: Callable[[str], str]) -> Fallback | None:
     """A process killed by a signal: from the words at the end of the output or the scheduler's exit code."""
     found: tuple[int, int | None, str] | None = None
+    signum: int | None
     for n, raw in reversed(tail):
         text = strip(raw).strip()
         for rx, signum in _SIGNAL_WORDS:

@@ -41,6 +41,7 @@ share its scratch pool).
 
 from __future__ import annotations
 
+import io
 import os
 import queue
 import re
@@ -49,7 +50,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Protocol, cast
 
 from loguru import logger
 from pydantic import Field
@@ -66,9 +67,10 @@ from workflows.contracts import Contract, EvidenceLine
 try:  # hyperscan ships wheels for x86_64 and aarch64 Linux only
     import hyperscan as _hs
 except ImportError:  # pragma: no cover - exercised on other architectures
-    _hs = None
+    _hs = None  # type: ignore[assignment]
 
 CHUNK_BYTES = 4 << 20
+_Bytes = bytes | bytearray  # what is screened: bytes, or the stream reader's reused buffers
 # a scan of at least this much runs its chunks on worker threads (fewer bytes do not pay for them)
 PARALLEL_MIN_BYTES = 2 * CHUNK_BYTES
 MAX_WORKERS = 4
@@ -250,7 +252,7 @@ class _Compiled:
             return (None, None)
         return (_hs.Scratch(self.chunk_db), _hs.Scratch(self.line_db))
 
-    def candidate_lines(self, data: bytes, start: int, end: int, scratch: tuple[object, object]) -> dict[int, list]:
+    def candidate_lines(self, data: _Bytes, start: int, end: int, scratch: tuple[object, object]) -> dict[int, list]:
         """Line start -> [line end, offset of a match's last byte, reported ids, needs rescan]."""
         found: dict[int, list] = {}
         if self.chunk_db is not None:
@@ -259,7 +261,7 @@ class _Compiled:
             _re_line_ends(i, rx, data, start, end, found)
         return found
 
-    def line_ids(self, data: bytes, ls: int, le: int, scratch: tuple[object, object]) -> set[int]:
+    def line_ids(self, data: _Bytes, ls: int, le: int, scratch: tuple[object, object]) -> set[int]:
         """Ids of the expressions that match the line data[ls:le] on its own (grep's view)."""
         ids: set[int] = set()
         if self.line_db is not None and le > ls:
@@ -279,7 +281,7 @@ def _re_bytes(expression: str, caseless: bool) -> re.Pattern[bytes]:
 
 
 def _hs_line_ends(
-    db, scratch, data: bytes, start: int, end: int, found: dict[int, list], verify: frozenset[int]
+    db, scratch, data: _Bytes, start: int, end: int, found: dict[int, list], verify: frozenset[int]
 ) -> None:
     """Record every line of data[start:end] in which a match of `db` ends, with the ids reported there.
 
@@ -305,10 +307,11 @@ def _hs_line_ends(
         cur_end = end if nl < 0 else nl
         cur_start = (rfind(b"\n", start, at) + 1) or start
         reports = 0
-        cur = found.get(cur_start)
-        if cur is None:
+        seen = found.get(cur_start)
+        if seen is None:
             cur = found[cur_start] = [cur_start, cur_end, at, {pid}, pid in verify]
         else:  # reported out of order: same line again
+            cur = seen
             cur[3].add(pid)
             cur[4] = cur[4] or pid in verify
         return False
@@ -324,7 +327,7 @@ def _hs_line_ends(
                 base = cur_end + 1
 
 
-def _re_line_ends(pid: int, rx: re.Pattern[bytes], data: bytes, start: int, end: int, found: dict[int, list]) -> None:
+def _re_line_ends(pid: int, rx: re.Pattern[bytes], data: _Bytes, start: int, end: int, found: dict[int, list]) -> None:
     """Candidate lines for one Python pattern: the line each leftmost match starts in.
 
     A greedy match may run on into later lines, so the line it starts in is the
@@ -374,7 +377,7 @@ class _Acc:
             for i, ring in enumerate(self.recent) for no, raw, offset in ring
         ]
         order = {pid: i for i, pid in enumerate(pattern_ids)}
-        hits.sort(key=lambda h: (h.line_no, order[h.pattern_id]))
+        hits.sort(key=lambda h: (h.line_no, order[h.pattern_id or ""]))
         return ScreenResult(
             hits=hits,
             progress=self.progress,
@@ -466,7 +469,7 @@ class Screener:
 
     def scan_bytes(
         self,
-        data: bytes,
+        data: _Bytes,
         *,
         first_line_no: int = 1,
         progress: str = "newest",
@@ -497,6 +500,8 @@ class Screener:
             pipe.add(encoded + b"\n", 0, len(encoded) + 1)
         hits = acc.result(self.pattern_ids, lines=len(lines), nbytes=len(encoded)).hits
         for hit in hits:
+            if hit.line_no is None:
+                continue  # every hit of a scan is numbered
             original = lines[hit.line_no - first_line_no]
             if len(original) <= MAX_LINE_TEXT:
                 hit.line = _clean(original)
@@ -573,14 +578,14 @@ class Screener:
         except queue.Empty:
             return (self._main.new_scratch(), self._markers.new_scratch())
 
-    def _find_pooled(self, data: bytes, start: int, end: int, progress: str) -> _Found:
+    def _find_pooled(self, data: _Bytes, start: int, end: int, progress: str) -> _Found:
         scratch = self._take_scratch()
         try:
             return self._find(data, start, end, progress, scratch)
         finally:
             self._scratches.put(scratch)
 
-    def _find(self, data: bytes, start: int, end: int, progress: str, scratch: tuple) -> _Found:
+    def _find(self, data: _Bytes, start: int, end: int, progress: str, scratch: tuple) -> _Found:
         """What the chunk data[start:end] holds; line numbers count newlines from its start.
 
         Runs on any thread that owns `scratch`; touches nothing of the scan's state.
@@ -612,7 +617,7 @@ class Screener:
             samples = self._all_progress(data, start, end, markers)
         return _Found(newlines, flagged, samples)
 
-    def _merge(self, found: _Found, data: bytes, first_line_no: int, acc: _Acc, base: int) -> int:
+    def _merge(self, found: _Found, data: _Bytes, first_line_no: int, acc: _Acc, base: int) -> int:
         """Add one chunk's findings to the scan, in chunk order; returns the chunk's newlines.
 
         `base` is the offset in the scanned input of `data[0]` (a stream's buffer holds a window).
@@ -656,14 +661,14 @@ class Screener:
             acc.progress.append(sample)
         return found.newlines
 
-    def _hit(self, i: int, line_no: int, data: bytes, ls: int, le: int, anchor: int, base: int) -> Hit:
+    def _hit(self, i: int, line_no: int, data: _Bytes, ls: int, le: int, anchor: int, base: int) -> Hit:
         return Hit.model_construct(
             pattern_id=self.pattern_ids[i], line_no=line_no, line=_text(_line_bytes(data, ls, le, anchor)),
             offset=base + ls,
         )
 
     def _newest_progress(
-        self, data: bytes, start: int, end: int, newlines: int, scratch: tuple
+        self, data: _Bytes, start: int, end: int, newlines: int, scratch: tuple
     ) -> ProgressSample | None:
         """Parse marker lines from the end of the chunk backwards, in growing windows.
 
@@ -694,7 +699,7 @@ class Screener:
             window *= 4
         return None
 
-    def _all_progress(self, data: bytes, start: int, end: int, scratch: tuple) -> list[ProgressSample]:
+    def _all_progress(self, data: _Bytes, start: int, end: int, scratch: tuple) -> list[ProgressSample]:
         found = self._markers.candidate_lines(data, start, end, scratch)
         out: list[ProgressSample] = []
         rel = 0
@@ -725,7 +730,7 @@ class _Found:
         self.progress = progress
 
 
-def _chunk_cuts(data: bytes, start: int, end: int, chunk_bytes: int) -> Iterator[tuple[int, int]]:
+def _chunk_cuts(data: _Bytes, start: int, end: int, chunk_bytes: int) -> Iterator[tuple[int, int]]:
     """data[start:end] as chunks of at most `chunk_bytes` cut after a newline (a longer line is one chunk)."""
     pos = start
     while pos < end:
@@ -756,7 +761,7 @@ class _Pipeline:
         self.chunk_bytes = chunk_bytes
         self.line_no = first_line_no  # of the first line not merged yet
         self.parallel = parallel
-        self._pending: deque[tuple[Future[_Found], bytes, int, Callable[[], None] | None]] = deque()
+        self._pending: deque[tuple[Future[_Found], _Bytes, int, Callable[[], None] | None]] = deque()
         self._executor: ThreadPoolExecutor | None = None
         self._scratch: tuple | None = None
 
@@ -769,7 +774,7 @@ class _Pipeline:
         if self._scratch is not None:
             self.screener._scratches.put(self._scratch)
 
-    def add(self, data: bytes, start: int, end: int, *, base: int = 0, release: Callable[[], None] | None = None,
+    def add(self, data: _Bytes, start: int, end: int, *, base: int = 0, release: Callable[[], None] | None = None,
             inline: bool = False) -> None:
         """Screen data[start:end] (whole lines) of which `data[0]` is at offset `base` of the input.
 
@@ -831,7 +836,8 @@ def _feed_stream(
         if len(buf) < filled + want:
             buf.extend(bytes(filled + want - len(buf)))
         with memoryview(buf) as view:
-            got = stream.readinto(view[filled:filled + want]) or 0
+            # every binary stream we are given has readinto (files, BytesIO, sys.stdin.buffer); BinaryIO does not say so
+            got = cast(io.BufferedIOBase, stream).readinto(view[filled:filled + want]) or 0
         nbytes += got
         total = filled + got
         if got == 0:
@@ -884,19 +890,19 @@ def _clean(text: str) -> str:
     return text.replace("\x00", "").rstrip("\r")
 
 
-def _line_bytes(data: bytes, ls: int, le: int, anchor: int) -> bytes:
+def _line_bytes(data: _Bytes, ls: int, le: int, anchor: int) -> bytes:
     """The hit's line, or for a very long line a window around the match's end."""
     if le - ls > MAX_LINE_TEXT:
         lo = max(ls, min(anchor - MAX_LINE_TEXT * 3 // 4, le - MAX_LINE_TEXT))
         ls, le = lo, min(le, lo + MAX_LINE_TEXT)
-    return data[ls:le]
+    return bytes(data[ls:le])  # a reused buffer's slice is a bytearray; bytes of bytes is the same object
 
 
 def _text(raw: bytes) -> str:
     return _clean(raw.decode("utf-8", "replace"))
 
 
-def _tail_text(data: bytes, ls: int, le: int) -> str:
+def _tail_text(data: _Bytes, ls: int, le: int) -> str:
     """The end of a line (progress and checkpoint facts sit in the last `\\r` segment)."""
     return _clean(data[max(ls, le - MAX_LINE_TEXT):le].decode("utf-8", "replace"))
 

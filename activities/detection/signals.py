@@ -151,6 +151,8 @@ class SignalBuilder:
     def add_log(self, numbered: Sequence[tuple[int, str]], hits: Iterable[EvidenceLine]) -> None:
         by_line: dict[int, list[str]] = {}
         for hit in hits:
+            if hit.line_no is None or hit.pattern_id is None:
+                continue  # a screened hit always has both; an evidence line without them flags nothing
             ids = by_line.setdefault(hit.line_no, [])
             if hit.pattern_id not in ids:
                 ids.append(hit.pattern_id)

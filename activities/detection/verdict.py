@@ -151,7 +151,7 @@ def _screen_numbered(catalogue: Catalogue, numbered: Sequence[tuple[int, str]]) 
     lines = [line[:MAX_LINE] for _, line in numbered]
     hits = screener_for(catalogue).scan_lines(lines, first_line_no=0)
     return [hit.model_copy(update={"line_no": numbered[hit.line_no][0]})
-            for hit in hits if 0 <= hit.line_no < len(numbered)]
+            for hit in hits if hit.line_no is not None and 0 <= hit.line_no < len(numbered)]
 
 
 _STREAM_ORDER = {Stream.OUTPUT: 0, Stream.STDOUT: 0, Stream.STDERR: 1, None: 2}
