@@ -37,7 +37,10 @@ failed job before the decision and cancelled it on a stop; histories without
 paused while idle; histories without `audit-in-background` waited for each
 audit write; histories without `straggler-culprit` only audited a straggler,
 with no culprit, advice or action; histories without `systemic-guard` counted recent failures from
-the audit trail for the systemic rule and had no node limits; `array-guard`
+the audit trail for the systemic rule and had no node limits; histories without `opt-in-from-job`
+also gave the policy the attempt budget of the opt-in frozen at workflow start (and the straggler
+policy that opt-in when the observed job had none), where now the only source is the job's own
+opt-in as the scheduler shows it at the incident; `array-guard`
 (only ever asked for a task of a job array) stops the recovery of an array
 whose tasks fail the same way (`workflows.array_guard`).
 """
@@ -118,6 +121,7 @@ STRAGGLER_CULPRIT = "straggler-culprit"
 FATAL_RUNNING = "fatal-running"  # a fatal line in a running job that stopped progressing is an incident
 ARRAY_GUARD = "array-guard"
 SYSTEMIC_GUARD = "systemic-guard"
+OPT_IN_FROM_JOB = "opt-in-from-job"  # the policies read the opt-in from the job as the scheduler shows it, only
 GUARD_ANSWER_MARGIN_S = 10.0  # beyond the guard's settle time, for its reads and the signals
 AUDIT_BATCH = 50
 TIMELINE_LIMIT = 200
@@ -419,7 +423,7 @@ class JobRecoveryWorkflow:
         decision = decide_straggler(
             finding,
             job=job,
-            opt_in=job.opt_in.opt_in or self._inp.opt_in,
+            opt_in=job.opt_in.opt_in if workflow.patched(OPT_IN_FROM_JOB) else (job.opt_in.opt_in or self._inp.opt_in),
             config=self._inp.policy,
             straggler_restarts=self._state.straggler_restarts,
             checkpoint_seen=self._state.last_checkpoint_iteration is not None,
@@ -721,7 +725,8 @@ class JobRecoveryWorkflow:
             systemic=systemic,
             systemic_hold=hold,
             nodes=nodes,
-            max_attempts_override=self._inp.opt_in.max_attempts,
+            # the job's opt-in (in `job`) is the one source; older histories also passed the start-time budget
+            max_attempts_override=None if workflow.patched(OPT_IN_FROM_JOB) else self._inp.opt_in.max_attempts,
             slurm_requeued=incident is IncidentKind.SLURM_REQUEUE,
         )
         return advice

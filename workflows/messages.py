@@ -140,6 +140,7 @@ class WatchdogConfig(Contract):
 
 class JobRecoveryInput(Contract):
     key: JobKey
+    # the opt-in as it was at start, for the search attributes; decisions read the job's own (`JobInfo.opt_in`)
     opt_in: OptIn
     environment: str = ""
     cluster_mode: Mode = Mode.OBSERVE

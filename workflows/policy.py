@@ -540,7 +540,9 @@ def decide(
         nodes: lemons and the job's partition, from the guard; None: no node
             limits (no dead-node, lemon or placement handling).
         max_attempts_override: an attempt budget that beats the job's opt-in
-            and the config.
+            and the config (the recovery workflow passes none: the opt-in
+            reaches the policy only in `job`; histories from before its
+            `opt-in-from-job` patch passed the start-time opt-in's budget).
         slurm_requeued: Slurm requeued the job itself after this failure.
 
     Returns:
