@@ -30,9 +30,10 @@ from activities.errors import activity_errors
 from activities.faults import injected_delay
 from adapters.errors import JobmedicError, LogSourceError, MetricsError
 from activities.screening import LogScreen
+from adapters.logs.files import source_streams
 from adapters.logs.models import LogChunk
 from workflows.contracts import (
-    ActionResult, EvidenceLine, JobEvidence, JobInfo, JobKey, LogCursor, NodeInfo, job_streams,
+    ActionResult, EvidenceLine, JobEvidence, JobInfo, JobKey, LogCursor, NodeInfo,
 )
 from adapters.slurm.parse import array_of, array_task_count, is_array_remainder
 from workflows.messages import (
@@ -282,7 +283,7 @@ class SchedulerActivities:
         cursors = {c.path: c for c in inp.log_cursors}
         window: list[EvidenceLine] = []
         hits: list[EvidenceLine] = []
-        for stream, path in job_streams(job):
+        for stream, path in source_streams(self._logs, job):
             try:
                 first, lines = await self._numbered_tail(path, cursors.get(path), inp.log_window_lines, job)
             except LogSourceError as exc:

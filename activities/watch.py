@@ -45,6 +45,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from adapters.errors import JobmedicError, LogSourceError
+from adapters.logs.files import source_streams
 from activities.detection.hang import (
     COMM_HANG_CATEGORIES,
     ProgressSignal,
@@ -74,7 +75,6 @@ from workflows.contracts import (
     LogCursor,
     Progress,
     StragglerFinding,
-    job_streams,
 )
 from workflows.messages import (
     ActivityNames,
@@ -451,7 +451,7 @@ class WatchActivities:
         """The new lines' flagged lines worth a signal, and the per-rank timings they hold."""
         hits: list[EvidenceLine] = []
         timings: list[RankTiming] = []
-        for stream, path in job_streams(job):
+        for stream, path in source_streams(self._logs, job):
             cursor = watched.cursors.get(path) or LogCursor(path=path)
             for _ in range(MAX_READS_PER_POLL):
                 try:

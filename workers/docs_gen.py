@@ -103,6 +103,11 @@ SETTING_MEANINGS: dict[str, str] = {
     "clusters.logs.max_line_bytes": "Longer lines are cut to this many bytes before screening.",
     "clusters.logs.timeout_s": "Timeout of one log read (SFTP or log-store request).",
     "clusters.logs.bearer_token": "Bearer token for the log store.",
+    "clusters.logs.store_settle_s": "Log stores: reads of a running job stop this many seconds short of now, "
+                                    "so lines that agents ship late are not skipped.",
+    "clusters.logs.store_backoff_s": "Log stores: after a failed request the watch leaves the store alone this long "
+                                     "(other jobs are not held up by one timeout each) and then reads on from each "
+                                     "job's cursor.",
     "clusters.metrics.prometheus_url": "Prometheus holding the DCGM exporter series (idle GPUs, per-node "
                                        "telemetry for stragglers); not set: no GPU metrics.",
     "clusters.metrics.host_label": "Label of the DCGM series that holds the node name.",

@@ -98,6 +98,10 @@ class LogSourceSettings(Section):
     max_line_bytes: ByteCount = 64 * 1024
     timeout_s: Seconds = 10.0
     bearer_token: SecretStr | None = None
+    # log stores: reads of a running job stop this short of now (agents ship lines late)
+    store_settle_s: Seconds = 2.0
+    # log stores: after a failed request, reads are refused this long without asking the store
+    store_backoff_s: Seconds = 30.0
 
 
 class MetricsSettings(Section):

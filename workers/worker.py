@@ -100,13 +100,13 @@ class ClusterParts:
 
 
 def build_cluster_parts(cluster: ClusterSettings, *, deployment: str = "jobmedic") -> ClusterParts:
-    from workers.factories.logs import file_log_source
+    from workers.factories.logs import watch_log_source
     from workers.factories.slurm import build_slurm_client
 
     slurm = build_slurm_client(cluster, deployment=deployment)
     # over SSH the job logs are read by SFTP through the Slurm adapter's own connection
     connection = slurm.runner.connection if cluster.scheduler.access == "ssh" else None
-    logs = file_log_source(cluster.logs, connection_provider=connection)
+    logs = watch_log_source(cluster.logs, connection_provider=connection)
     metrics = None
     if cluster.metrics.prometheus_url:
         from adapters.metrics.prometheus import PrometheusClient

@@ -31,7 +31,7 @@ import asyncssh
 from adapters.errors import LogSourceError
 from adapters.logs.decode import clean_line, split_block
 from adapters.logs.models import LogChunk
-from workflows.contracts import LogCursor
+from workflows.contracts import JobInfo, LogCursor, Stream, job_streams
 
 _T = TypeVar("_T")
 
@@ -44,6 +44,10 @@ _FINGERPRINT_BYTES = 256
 
 class LogSource(Protocol):
     """Reads one job output file incrementally; the caller keeps the cursor."""
+
+    def streams(self, job: JobInfo) -> list[tuple[Stream, str]]:
+        """Where the job's lines are: (stream, path) for each, the paths the cursors are kept by."""
+        ...
 
     async def read(self, cursor: LogCursor, *, max_bytes: int | None = None, final: bool = False) -> LogChunk:
         """Complete lines after `cursor` (at most `max_bytes` read); `final`: the writer is done."""
@@ -221,6 +225,9 @@ class LocalFileLogSource:
         self.max_line_bytes = max_line_bytes
         self.max_lines = max_lines
 
+    def streams(self, job: JobInfo) -> list[tuple[Stream, str]]:
+        return job_streams(job)
+
     async def read(self, cursor: LogCursor, *, max_bytes: int | None = None, final: bool = False) -> LogChunk:
         try:
             file = await asyncio.to_thread(_open_local, cursor.path)
@@ -331,6 +338,9 @@ class SftpLogSource:
         async with self._lock:
             self._drop_client()
 
+    def streams(self, job: JobInfo) -> list[tuple[Stream, str]]:
+        return job_streams(job)
+
     async def read(self, cursor: LogCursor, *, max_bytes: int | None = None, final: bool = False) -> LogChunk:
         async def read_chunk(file: _SftpFile) -> LogChunk:
             return await _read_chunk(
@@ -409,3 +419,9 @@ async def tail_window(
     most `max_bytes` are read. A missing file gives `[]`.
     """
     return await (source or LocalFileLogSource()).tail_window(cursor_or_path, max_lines=max_lines, max_bytes=max_bytes)
+
+
+def source_streams(source: object, job: JobInfo) -> list[tuple[Stream, str]]:
+    """Where `source` keeps the job's lines: its own `streams(job)`, else the job's output files."""
+    streams = getattr(source, "streams", None)
+    return streams(job) if callable(streams) else job_streams(job)

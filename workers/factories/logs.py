@@ -5,6 +5,7 @@ from __future__ import annotations
 from adapters.errors import ConfigError
 from adapters.logs.files import ConnectionProvider, LocalFileLogSource, LogSource, SftpLogSource
 from adapters.logs.loki import LokiLogSource
+from adapters.logs.store_source import StoreLogSource
 from adapters.logs.stores import JobLogStore
 from adapters.logs.victorialogs import VictoriaLogsSource
 from workers.settings import LogSourceSettings
@@ -39,3 +40,18 @@ def job_log_store(settings: LogSourceSettings) -> JobLogStore | None:
     if settings.kind == "loki":
         return LokiLogSource(settings.url, **options)  # type: ignore[arg-type]
     return VictoriaLogsSource(settings.url, **options)  # type: ignore[arg-type]
+
+
+def watch_log_source(settings: LogSourceSettings, *, connection_provider: ConnectionProvider | None = None) -> LogSource:
+    """What the watch and the evidence collector read a job's lines from: `logs.kind` decides.
+
+    `files`: the job's output files (SFTP in SSH mode); `loki` / `victorialogs`: the store,
+    read behind the same cursors as a file.
+    """
+    store = job_log_store(settings)
+    if store is None:
+        return file_log_source(settings, connection_provider=connection_provider)
+    return StoreLogSource(
+        store, scheme=settings.kind, settle_s=settings.store_settle_s, backoff_s=settings.store_backoff_s,
+        max_bytes=settings.max_bytes_per_read,
+    )
