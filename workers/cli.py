@@ -17,7 +17,7 @@ from workers.logs import configure_logging
 from workers.settings import load_settings
 
 # module names under workers/commands, in the order `--help` lists them
-COMMANDS = ["config", "slurm", "recovery", "release", "demo", "audit", "timeline", "analyze", "report", "scorecard", "check", "notify"]
+COMMANDS = ["config", "slurm", "recovery", "release", "demo", "audit", "timeline", "analyze", "report", "scorecard", "check", "notify", "simulate"]
 # commands slurmctld runs (EpilogSlurmctld, strigger) and waits for: they load only themselves
 FAST_COMMANDS = {"notify"}
 
