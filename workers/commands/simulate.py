@@ -78,11 +78,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.error = _one_line_error  # type: ignore[method-assign]
     parser.add_argument("--sizes", type=_sizes, default=list(DEFAULT_SIZES), metavar="N,N,...",
                         help="job sizes in GPUs, comma-separated")
-    parser.add_argument("--runs", type=int, default=20, metavar="N", help="seeded runs per job size and strategy (at least)")
-    parser.add_argument("--min-failures", type=int, default=400, metavar="N",
-                        help="more runs for small jobs until this many failures are expected over all runs")
+    parser.add_argument("--runs", type=_count(1), metavar="N",
+                        help="seeded runs per job size and strategy, at least (default: 20, --quick 4)")
+    parser.add_argument("--min-failures", type=_count(0), metavar="N",
+                        help="more runs for small jobs until this many failures are expected over all runs "
+                             "(default: 400, --quick 40)")
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed: the same seed gives the same figures")
-    parser.add_argument("--quick", action="store_true", help="4 runs per size and --min-failures 40: seconds")
+    parser.add_argument("--quick", action="store_true", help="fewer runs (--runs 4 --min-failures 40): seconds")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="rsc1",
                         help="failure rate: rsc1 6.5 per 1000 node-days (Meta RSC-1), llama3 3.79 "
                              "(419 interruptions in 54 days on 16,384 GPUs)")
@@ -104,6 +106,19 @@ def _one_line_error(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
+def _count(least: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"a whole number is needed, not {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, not {value}")
+        return value
+
+    return parse
+
+
 def _sizes(text: str) -> list[int]:
     try:
         sizes = [int(part) for part in text.split(",") if part.strip()]
@@ -123,7 +138,8 @@ def config_from(args: argparse.Namespace, policy: PolicyConfig) -> SimConfig:
 
 def run_simulate(args: argparse.Namespace, settings: Settings) -> int:
     policy = PolicyConfig.model_validate(settings.cluster(args.cluster).policy.model_dump())
-    runs, min_failures = (4, 40) if args.quick else (args.runs, args.min_failures)
+    runs = args.runs if args.runs is not None else 4 if args.quick else 20
+    min_failures = args.min_failures if args.min_failures is not None else 40 if args.quick else 400
     try:
         cfg = config_from(args, policy)
         started = time.perf_counter()
