@@ -3,16 +3,27 @@
 It reads each running job's logs incrementally, screens the new lines, tracks
 progress for hang detection, and signals a job's recovery workflow only when
 something changed (signal-with-start, so the first signal starts it). Its state
-(cursors, last states) is recorded as heartbeat details: a replacement worker
-resumes from there, and job workflows ignore what they have already seen.
+(cursors, last states) is kept per job in the audit database's `watch_state`
+table (activities/watch_state.py), written after every pass: a replacement
+worker resumes from there, and job workflows ignore what they have already
+seen. The heartbeat carries a few counters, whatever the number of jobs.
+
+Sharding: a cluster's watch runs `shards` activities (workflows/cluster_watch.py);
+shard i watches the jobs whose stable job-id hash says i (`rows.shard_of`), so
+more workers share one cluster and each pass covers 1/shards of the jobs. Every
+shard still sees the whole listing (the cluster-wide failure view needs it);
+shards in one worker share one `squeue` per moment (`_SharedListing`), so the
+scheduler is asked about once per interval per worker, not once per shard.
+A listing record that cannot be read is skipped and audited once
+(`EventType.MALFORMED_RECORD`); the other jobs are watched as usual.
 
 Hangs need evidence (`activities/detection/hang.py`): a job's progress is read
 from the strongest source it has shown - its opt-in's `progress_pattern`, a
 recognised framework format, or a line template learned from its own output -
 and a job with none of them is watched for crashes only, unless a
 communication-hang line or DCGM (every GPU idle over the bound) says otherwise.
-What each job is watched on (`WatchedJob.hang_watch`) travels in the heartbeat
-details, where `jobmedic jobs` reads it.
+What each job is watched on (`WatchedJob.hang_watch`) is kept in its state row,
+where `jobmedic jobs` reads it.
 
 Stragglers: a sustained drop of the job's logged throughput against its own
 baseline (`activities/detection/straggler.py`). A rate logged right after a
@@ -29,12 +40,13 @@ observation, once per episode.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
-from typing import Any, Protocol, cast
+from typing import Protocol
 
 from loguru import logger
 from pydantic import BaseModel, Field
@@ -44,9 +56,10 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
+from adapters.audit.rows import shard_of
 from adapters.errors import JobmedicError, LogSourceError
 from adapters.logs.files import source_streams
-from workflows.console import recovery_details, recovery_summary
+from adapters.slurm.parse import SkippedRecord, SqueueListing
 from activities.detection.hang import (
     COMM_HANG_CATEGORIES,
     ProgressSignal,
@@ -63,8 +76,9 @@ from activities.detection.progress import (
     user_progress,
 )
 from activities.detection.rank_timing import RankTiming, keep_recent, parse_rank_timings
-from activities.detection.straggler import NodeTelemetrySource, culprit_window, detect_slowdown, straggler_culprit
+from activities.detection.straggler import culprit_window, detect_slowdown, straggler_culprit
 from activities.screening import LogScreen, ScreenOutcome
+from activities.watch_state import ShardKeeper, WatchStatePort
 from activities.watch_wake import PollWaker
 from workflows.contracts import (
     AuditEntry,
@@ -90,9 +104,11 @@ from workflows.messages import (
 MAX_READS_PER_POLL = 8  # bounded catch-up per job per poll; the rest waits for the next poll
 HEARTBEAT_EVERY_S = 2.0  # during a long poll (many jobs), record progress this often
 GONE_AFTER_POLLS = 3  # a job missing from this many listings in a row has left the scheduler
-KEEP_SAMPLES = 32  # progress times and rates kept per job (they travel in every heartbeat)
+KEEP_SAMPLES = 32  # progress times and rates kept per job (in its state row)
 IDLE_CHECK_EVERY_S = 60.0  # DCGM is asked about a job's GPUs at most this often
-KEEP_TIMINGS = 256  # per-rank timings kept per job during a slow run (they travel in every heartbeat)
+KEEP_TIMINGS = 256  # per-rank timings kept per job during a slow run (in its state row)
+LISTING_REUSE_S = 1.0  # shards of one worker polling within this long of each other share one scheduler query
+TOUCH_EVERY_POLLS = 5000  # every row is rewritten this often, so pruning keeps only rows of jobs gone for good
 # per rank and timer, the newest timings the culprit is judged on: the read in which a slow run is first
 # seen holds steps from before it too
 CULPRIT_TIMINGS = 5
@@ -114,6 +130,39 @@ class LogReader(Protocol):
 
 class AuditSink(Protocol):
     def record(self, entry: AuditEntry) -> bool: ...
+
+
+class _SharedListing:
+    """One scheduler listing for every shard of this worker that asks within `reuse_s` of another.
+
+    A shard never gets the same listing twice: its next poll always asks the scheduler anew.
+    """
+
+    def __init__(self, slurm: JobListing, *, reuse_s: float) -> None:
+        self._slurm = slurm
+        self._reuse_s = reuse_s
+        self._lock = asyncio.Lock()
+        self._last: tuple[float, SqueueListing] | None = None
+        self._taken: set[int] = set()  # shards that had the last listing
+        self.queries = 0
+
+    async def get(self, shard: int = 0) -> SqueueListing:
+        async with self._lock:
+            if (
+                self._last is not None
+                and shard not in self._taken
+                and time.monotonic() - self._last[0] < self._reuse_s
+            ):
+                self._taken.add(shard)
+                return self._last[1]
+            listing = getattr(self._slurm, "listing", None)  # the Slurm client also says what it skipped
+            if listing is not None:
+                result = await listing(opted_in_only=True)
+            else:
+                result = SqueueListing(jobs=await self._slurm.list_jobs(opted_in_only=True), skipped=[])
+            self.queries += 1
+            self._last, self._taken = (time.monotonic(), result), {shard}
+            return result
 
 
 class WatchedJob(BaseModel):
@@ -168,6 +217,7 @@ class WatchState(BaseModel):
     failures: list[tuple[str, float, list[str]]] = Field(default_factory=list)  # (job id, epoch s, nodes)
     failures_counted: list[str] = Field(default_factory=list)  # "<job id>:r<restarts>" already counted
     polls: int = 0
+    malformed_reported: list[str] = Field(default_factory=list)  # audit keys of skipped listing records
 
 
 class WatchContext(BaseModel):
@@ -199,7 +249,11 @@ class WatchActivities:
         metrics: GpuHealthPort | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
         stats: object | None = None,  # workers.metrics_server.WatchStats: pass duration, watched jobs
+        state_store: WatchStatePort | None = None,
+        listing_reuse_s: float = LISTING_REUSE_S,
     ) -> None:
+        """`state_store`: where the per-job state lives between passes (the audit store); without one
+        (unit tests) the whole state travels in the heartbeat as it used to."""
         from activities.detection.catalogue import load_catalogue
 
         self._ctx = context
@@ -211,6 +265,8 @@ class WatchActivities:
         self._metrics = metrics
         self._clock = clock
         self._stats = stats
+        self._state_store = state_store
+        self._listing = _SharedListing(slurm, reuse_s=listing_reuse_s)
         self._comm_hang_ids = frozenset(
             p.id for p in load_catalogue().patterns if p.category.value in COMM_HANG_CATEGORIES and not p.benign
         )
@@ -224,44 +280,74 @@ class WatchActivities:
 
     @activity.defn(name=ActivityNames.WATCH_CLUSTER)
     async def watch_cluster(self, inp: WatchInput) -> dict | None:
-        """Poll until cancelled; each poll heartbeats the state so a new worker resumes from it."""
+        """Poll until cancelled or asked to hand over; the state is saved after every poll."""
+        shard, shards = inp.shard, max(1, inp.shards)
         details = activity.info().heartbeat_details
-        # a retry's details are newer than the state the previous run handed over (workflows/cluster_watch.py)
-        state = WatchState.model_validate(details[0] if details else inp.resume_state or {})
-        if details:
-            logger.info("watch of {} resumes with {} known jobs", inp.cluster, len(state.jobs))
+        legacy = details[0] if details and isinstance(details[0], dict) and "jobs" in details[0] else None
+        keeper = None
+        if self._state_store is not None:
+            keeper = ShardKeeper(self._state_store, cluster=inp.cluster, shard=shard, shards=shards, clock=self._clock)
+            stored = await keeper.load()
+            # a watch from before the state table handed its state over in heartbeat details or its input
+            seed = legacy or (inp.resume_state if inp.resume_state and "jobs" in inp.resume_state else None)
+            state = WatchState.model_validate(stored if stored["jobs"] or not seed else seed)
+        else:
+            # a retry's details are newer than the state the previous run handed over (workflows/cluster_watch.py)
+            state = WatchState.model_validate(legacy or inp.resume_state or {})
+        if state.jobs:
+            logger.info("watch of {} (shard {}/{}) resumes with {} known jobs", inp.cluster, shard, shards,
+                        len(state.jobs))
         waker = PollWaker.for_this_activity(self._client)  # Slurm's hooks can bring the next poll forward
         while True:
             try:
-                await self.poll_once(state)
+                await self.poll_once(state, shard=shard, shards=shards, keeper=keeper)
             except JobmedicError as exc:
                 logger.warning("poll of cluster {} failed: {} (retrying next interval)", inp.cluster, exc)
-            activity.heartbeat(state.model_dump(mode="json"))
+            activity.heartbeat(self._beat(state, keeper, shard, shards))
             await waker.wait(state, inp.poll_interval_s)
-            if waker.handover_asked:  # the watch workflow continues as new with this state
-                return state.model_dump(mode="json")
+            if waker.handover_asked:  # the watch workflow continues as new (with this state, without a table)
+                return {"shard": shard, "polls": state.polls} if keeper else state.model_dump(mode="json")
 
-    async def poll_once(self, state: WatchState) -> list[JobObservation]:
-        """One pass over every opted-in job; returns the observations it signalled."""
+    @staticmethod
+    def _beat(state: WatchState, keeper: ShardKeeper | None, shard: int, shards: int) -> dict:
+        """Heartbeat details: counters only when the state lives in the table (its size is the same at any scale)."""
+        if keeper is None:
+            return state.model_dump(mode="json")
+        return {"shard": shard, "shards": shards, "polls": state.polls, "watched": len(state.jobs),
+                "rows_written": keeper.rows_written}
+
+    async def poll_once(
+        self, state: WatchState, *, shard: int = 0, shards: int = 1, keeper: ShardKeeper | None = None
+    ) -> list[JobObservation]:
+        """One pass over every opted-in job of this shard; returns the observations it signalled."""
         now = self._clock()
-        jobs = await self._slurm.list_jobs(opted_in_only=True)
+        listing = await self._listing.get(shard)
+        jobs = listing.jobs
         state.polls += 1
+        await self._report_malformed(state, listing.skipped, now, shard=shard)
         sent: list[JobObservation] = []
         listed: set[str] = set()
-        # the cluster-wide view covers the jobs this deployment watches (other deployments keep their own)
+        # the cluster-wide view covers the jobs this deployment watches (other deployments keep their own),
+        # in every shard: a node that failed jobs of two shards is one node
         self._remember_failures(state, [j for j in jobs if self._watched_environment(j)], now)
+        failures = _FailureIndex(state.failures)
         beat = time.monotonic()
         for job in jobs:
+            if shards > 1 and shard_of(job.job_id, shards) != shard:
+                continue
             job.cluster = self._ctx.cluster
             try:
-                obs = await self._poll_job(state, job, now, listed)
+                obs = await self._poll_job(state, job, now, listed, failures)
             except Exception as exc:  # noqa: BLE001 - one job's trouble must not blind the watch to the others
                 logger.opt(exception=exc).warning("watch of job {} failed this poll: {}", job.job_id, exc)
                 continue
             if obs is not None:
                 sent.append(obs)
             if time.monotonic() - beat > HEARTBEAT_EVERY_S and activity.in_activity():
-                activity.heartbeat(state.model_dump(mode="json"))  # a long poll must not look like a dead worker
+                # a long poll must not look like a dead worker; what it signalled so far is saved
+                if keeper is not None:
+                    await self._save(keeper, state)
+                activity.heartbeat(self._beat(state, keeper, shard, shards))
                 beat = time.monotonic()
         for wid in [w for w in state.jobs if w not in listed]:
             watched = state.jobs[wid]
@@ -276,11 +362,46 @@ class WatchActivities:
                     job=JobInfo(job_id=watched.job_id, cluster=self._ctx.cluster, state=JobState.UNKNOWN),
                 )
                 await self._signal_existing(watched, gone)
+        if keeper is not None:
+            if state.polls % TOUCH_EVERY_POLLS == 0:
+                await keeper.touch_all(state)
+            await self._save(keeper, state)
         if self._stats is not None:
             self._stats.record_pass(  # type: ignore[attr-defined]
                 self._ctx.cluster, started_at=now, finished_at=self._clock(), watched_jobs=len(state.jobs)
             )
         return sent
+
+    async def _save(self, keeper: ShardKeeper, state: WatchState) -> None:
+        try:
+            await keeper.save(state)
+        except JobmedicError as exc:
+            # the next save writes every row that changed since the last good one; detection goes on meanwhile
+            logger.warning("could not save the watch state of {} (shard {}): {}", keeper.cluster, keeper.shard, exc)
+
+    async def _report_malformed(
+        self, state: WatchState, skipped: list[SkippedRecord], now: datetime, *, shard: int
+    ) -> None:
+        """Each listing record the parser could not read: logged, audited once (by shard 0), never fatal."""
+        if not skipped or shard != 0:
+            return
+        for record in skipped:
+            digest = hashlib.sha256(record.excerpt.encode("utf-8", "replace")).hexdigest()[:24]
+            key = f"malformed_record:{self._ctx.cluster}:{digest}"
+            if key in state.malformed_reported:
+                continue
+            logger.warning("cluster {}: a scheduler record was skipped ({}): {}", self._ctx.cluster, record.reason,
+                           record.excerpt[:200])
+            entry = AuditEntry(
+                idempotency_key=key, timestamp=now, cluster=self._ctx.cluster, job_id=record.job_id or "?",
+                event_type=EventType.MALFORMED_RECORD, outcome=f"{record.reason}: {record.excerpt}", mode="observe",
+            )
+            try:
+                await asyncio.to_thread(self._audit.record, entry)
+            except JobmedicError as exc:
+                logger.warning("could not audit a skipped scheduler record: {}", exc)
+                return
+            state.malformed_reported = (state.malformed_reported + [key])[-1000:]
 
     def _watched_environment(self, job: JobInfo) -> bool:
         opt = job.opt_in.opt_in
@@ -289,7 +410,7 @@ class WatchActivities:
     # ------------------------------------------------------------------ one job
 
     async def _poll_job(
-        self, state: WatchState, job: JobInfo, now: datetime, listed: set[str]
+        self, state: WatchState, job: JobInfo, now: datetime, listed: set[str], failures: _FailureIndex | None = None,
     ) -> JobObservation | None:
         if job.opt_in.invalid:
             await self._report_invalid(state, job, now)
@@ -307,7 +428,7 @@ class WatchActivities:
         watched.missing_polls = 0
         if watched.closed:
             return None
-        obs = await self._observe(state, watched, job, now, first=first)
+        obs = await self._observe(state, watched, job, now, first=first, failures=failures)
         if obs is not None and await self._signal(watched, job, key, obs):
             return obs
         return None
@@ -338,7 +459,8 @@ class WatchActivities:
         return None
 
     async def _observe(
-        self, state: WatchState, watched: WatchedJob, job: JobInfo, now: datetime, *, first: bool
+        self, state: WatchState, watched: WatchedJob, job: JobInfo, now: datetime, *, first: bool,
+        failures: _FailureIndex | None = None,
     ) -> JobObservation | None:
         reasons: list[ObservationReason] = []
         if first:
@@ -394,7 +516,7 @@ class WatchActivities:
             if since_ref is not None:
                 seconds_since = (now - since_ref).total_seconds()
                 bound = self._ctx.hang_bound_s(tracker.iteration_intervals_s, tracker.checkpoint_intervals_s)
-                facts: dict[str, Any] = {
+                facts = {
                     "running": True,
                     "seconds_since_progress": seconds_since,
                     "bound_s": bound,
@@ -406,7 +528,7 @@ class WatchActivities:
                 if evidence is None and seconds_since > bound:
                     evidence = hang_evidence(**facts, gpus_idle=await self._gpus_idle(watched, job, now, bound))
                 hang = evidence is not None
-                if evidence is not None and not watched.hang_reported:
+                if hang and not watched.hang_reported:
                     watched.hang_reported = True
                     reasons.append(ObservationReason.HANG)
                     logger.info(
@@ -439,7 +561,7 @@ class WatchActivities:
             progress_at=watched.progress_at,
             hang_suspected=hang,
             seconds_since_progress=seconds_since,
-            node_failure_counts=self._node_failure_counts(state, job, now),
+            node_failure_counts=(failures or _FailureIndex(state.failures)).counts_for(job),
             straggler=straggler,
             straggler_hosts=list(straggler.culprits) if straggler is not None else [],
             log_cursors=list(watched.cursors.values()),
@@ -572,9 +694,7 @@ class WatchActivities:
             return None
         watched.straggler_reported = True
         start, end = culprit_window(watched.slow_since, now)
-        # a metrics source that also reads per-node telemetry (PrometheusClient does)
-        has_telemetry = hasattr(self._metrics, "node_telemetry")
-        telemetry = cast("NodeTelemetrySource | None", self._metrics if has_telemetry else None)
+        telemetry = self._metrics if hasattr(self._metrics, "node_telemetry") else None
         timings = _newest_per_rank(watched.rank_timings)
         finding = await straggler_culprit(telemetry, job, start=start, end=end, timings=timings)
         logger.info(
@@ -598,16 +718,6 @@ class WatchActivities:
         state.failures = [f for f in state.failures if f[1] >= horizon][-1000:]
         state.failures_counted = state.failures_counted[-5000:]
 
-    def _node_failure_counts(self, state: WatchState, job: JobInfo, now: datetime) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for job_id, _, nodes in state.failures:
-            if job_id == job.job_id:
-                continue
-            for node in nodes:
-                if node in job.nodes:
-                    counts[node] = counts.get(node, 0) + 1
-        return counts
-
     # ------------------------------------------------------------------ Temporal and audit
 
     async def _signal(self, watched: WatchedJob, job: JobInfo, key: JobKey, obs: JobObservation) -> bool:
@@ -624,8 +734,6 @@ class WatchActivities:
                 search_attributes=initial_search_attributes(inp),
                 start_signal=SignalNames.OBSERVE,
                 start_signal_args=[obs],
-                static_summary=recovery_summary(job),  # the line the Temporal UI shows for the job
-                static_details=recovery_details(job, inp.cluster_mode.value),
             )
         except WorkflowAlreadyStartedError:
             # the job's workflow finished (job done, stopped by policy or by an operator): leave it be
@@ -663,6 +771,31 @@ class WatchActivities:
             return
         logger.info("job {} has an invalid opt-in, audited and ignored: {}", job.job_id, job.opt_in.invalid_reason)
         state.invalid_reported = (state.invalid_reported + [key])[-5000:]
+
+
+class _FailureIndex:
+    """Recent failures by node, built once per pass, so one job's counts cost its own nodes, not every failure.
+
+    (Counting by scanning every failure for every observed job was quadratic: ~0.26 s per observed job at
+    1,000 failures on 64-node jobs, on the event loop.)
+    """
+
+    def __init__(self, failures: list[tuple[str, float, list[str]]]) -> None:
+        self._total: dict[str, int] = {}
+        self._by_job: dict[tuple[str, str], int] = {}  # (node, job id) -> that job's failures on the node
+        for job_id, _, nodes in failures:
+            for node in set(nodes):
+                self._total[node] = self._total.get(node, 0) + 1
+                self._by_job[(node, job_id)] = self._by_job.get((node, job_id), 0) + 1
+
+    def counts_for(self, job: JobInfo) -> dict[str, int]:
+        """Per node of `job`: how many recent failures of other jobs it was part of (nodes with none left out)."""
+        counts: dict[str, int] = {}
+        for node in dict.fromkeys(job.nodes):
+            n = self._total.get(node, 0) - self._by_job.get((node, job.job_id), 0)
+            if n > 0:
+                counts[node] = n
+        return counts
 
 
 FATAL_GRACE_S = 60.0  # a fatal line, then no progress for this long (or 3 iterations, if longer): stalled

@@ -81,6 +81,9 @@ SETTING_MEANINGS: dict[str, str] = {
     "clusters.acknowledge_scheduler_actions": "Must be `true`, together with `mode = \"action\"`, before any "
                                               "scheduler command is issued.",
     "clusters.poll_interval_s": "Seconds between two passes of the cluster watch (one scheduler query for all jobs).",
+    "clusters.watch_shards": "The cluster watch runs this many activities, each over the jobs whose job-id hash "
+                             "names it, so several workers share a large cluster (1-64). A change takes effect "
+                             "when the watch workflow starts anew.",
     "clusters.scheduler.access": "`local`: the Slurm commands on this machine (Slurm client + munge); "
                                  "`ssh`: the commands on a login node over SSH (needs `[clusters.scheduler.ssh]`).",
     "clusters.scheduler.command_timeout_s": "Timeout of one Slurm command.",

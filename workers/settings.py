@@ -178,16 +178,15 @@ def _policy_bound(name: str, annotation: Any) -> Any:
 if set(_POLICY_BOUNDS) - set(PolicyConfig.model_fields):
     raise RuntimeError(f"_POLICY_BOUNDS names knobs PolicyConfig lacks: {set(_POLICY_BOUNDS) - set(PolicyConfig.model_fields)}")
 
-_POLICY_FIELDS: dict[str, Any] = {
-    name: (Annotated[field.annotation, bound], field.default)
-    for name, field in PolicyConfig.model_fields.items()
-    if (bound := _policy_bound(name, field.annotation)) is not None and field.default_factory is None
-}
 PolicySettings = create_model(
     "PolicySettings",
     __base__=_StrictPolicy,
     __doc__="`PolicyConfig` as a settings section: unknown keys refused, every knob bounded.",
-    **_POLICY_FIELDS,
+    **{
+        name: (Annotated[field.annotation, bound], field.default)
+        for name, field in PolicyConfig.model_fields.items()
+        if (bound := _policy_bound(name, field.annotation)) is not None and field.default_factory is None
+    },
 )
 
 
@@ -201,12 +200,15 @@ class ClusterSettings(Section):
     acknowledge_scheduler_actions: bool = False
     # one scheduler query per interval; a shorter one would poll slurmctld in a tight loop
     poll_interval_s: Annotated[float, Field(ge=0.1, allow_inf_nan=False)] = 15.0
+    # the watch is split into this many activities by job-id hash (more workers share one cluster; each pass
+    # covers 1/shards of the jobs); changing it takes effect when the watch workflow starts anew
+    watch_shards: Annotated[int, Field(ge=1, le=64)] = 4
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     logs: LogSourceSettings = Field(default_factory=LogSourceSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     attribution: AttributionSettings = Field(default_factory=AttributionSettings)
     watchdog: WatchdogSettings = Field(default_factory=WatchdogSettings)
-    policy: PolicySettings = Field(default_factory=PolicySettings)
+    policy: PolicySettings = Field(default_factory=PolicySettings)  # type: ignore[valid-type]
     hang: HangSettings = Field(default_factory=HangSettings)
 
     @field_validator("name")

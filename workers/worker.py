@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from loguru import logger
 from temporalio.client import Client
@@ -30,12 +29,6 @@ from workflows.contracts import JobInfo, JobKey, OptIn
 from workflows.job_recovery import JobRecoveryWorkflow
 from workflows.systemic_guard import SystemicGuardWorkflow
 from workflows.messages import JobRecoveryInput, WatchdogConfig, WatchInput
-
-if TYPE_CHECKING:  # the adapters are imported where they are built (a cluster may not use them all)
-    from adapters.attribution import AttributionClient
-    from adapters.logs.files import LogSource
-    from adapters.metrics.prometheus import PrometheusClient
-    from adapters.slurm.client import SlurmClient
 
 WORKFLOWS = [JobRecoveryWorkflow, ClusterWatchWorkflow, SystemicGuardWorkflow]
 
@@ -100,26 +93,25 @@ class ClusterParts:
     """The adapters of one cluster, built once from settings."""
 
     settings: ClusterSettings
-    slurm: SlurmClient
-    logs: LogSource
-    metrics: PrometheusClient | None
-    external: AttributionClient | None
+    slurm: object
+    logs: object
+    metrics: object | None
+    external: object | None
 
 
 def build_cluster_parts(cluster: ClusterSettings, *, deployment: str = "jobmedic") -> ClusterParts:
-    from adapters.slurm.runner import SshRunner
     from workers.factories.logs import watch_log_source
     from workers.factories.slurm import build_slurm_client
 
     slurm = build_slurm_client(cluster, deployment=deployment)
     # over SSH the job logs are read by SFTP through the Slurm adapter's own connection
-    connection = slurm.runner.connection if isinstance(slurm.runner, SshRunner) else None  # access "ssh"
+    connection = slurm.runner.connection if cluster.scheduler.access == "ssh" else None
     logs = watch_log_source(cluster.logs, connection_provider=connection)
     metrics = None
-    m = cluster.metrics
-    if m.prometheus_url:
+    if cluster.metrics.prometheus_url:
         from adapters.metrics.prometheus import PrometheusClient
 
+        m = cluster.metrics
         metrics = PrometheusClient(
             m.prometheus_url,
             host_label=m.host_label,
@@ -127,10 +119,10 @@ def build_cluster_parts(cluster: ClusterSettings, *, deployment: str = "jobmedic
             bearer_token=m.bearer_token.get_secret_value() if m.bearer_token else None,
         )
     external = None
-    a = cluster.attribution
-    if a.url:
+    if cluster.attribution.url:
         from adapters.attribution import AttributionClient
 
+        a = cluster.attribution
         external = AttributionClient(
             a.url, timeout_s=a.timeout_s, bearer_token=a.bearer_token.get_secret_value() if a.bearer_token else None
         )
@@ -191,6 +183,7 @@ async def build_workers(
             audit=audit,
             metrics=part.metrics,
             stats=stats,
+            state_store=audit,  # the watch's per-job state lives beside the audit trail (watch_state)
         )
         workers.append(
             Worker(
@@ -227,7 +220,8 @@ async def start_watches(settings: Settings, client: Client, *, clusters: list[Cl
     for c in clusters or settings.clusters:
         await client.start_workflow(
             ClusterWatchWorkflow.run,
-            WatchInput(cluster=c.name, poll_interval_s=c.poll_interval_s, scheduler_queue=c.task_queue),
+            WatchInput(cluster=c.name, poll_interval_s=c.poll_interval_s, scheduler_queue=c.task_queue,
+                       shards=c.watch_shards),
             id=watch_workflow_id(c.name),
             task_queue=settings.temporal.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,

@@ -1,12 +1,16 @@
 """The per-cluster watch workflow.
 
-It runs one long-lived, heartbeating activity (`watch_cluster`) on the cluster's
-scheduler task queue. That activity polls Slurm once per interval for all jobs,
-reads their logs incrementally, and signals (or signal-with-starts) a job's
-recovery workflow only when something changed. Its cursors travel in the
-heartbeat details, so a worker that dies is replaced by one that resumes from
-the last recorded cursors (the job workflows drop re-delivered observations);
-the workflow's own history stays a handful of events however long it runs.
+It runs long-lived, heartbeating activities (`watch_cluster`) on the cluster's
+scheduler task queue: `WatchInput.shards` of them, shard i watching the jobs
+whose stable job-id hash names i, so several workers share a large cluster.
+Each polls Slurm once per interval, reads its jobs' logs incrementally, and
+signals (or signal-with-starts) a job's recovery workflow only when something
+changed. The cursors are kept per job in the audit database (`watch_state`),
+so a worker that dies is replaced by one that resumes from the last saved
+cursors (the job workflows drop re-delivered observations), and the heartbeat
+stays a few counters at any job count; the workflow's own history stays a
+handful of events per shard however long it runs. (Versioned: runs started
+before the `watch-shards` patch keep their one activity.)
 
 Slurm's own hooks make it faster: `jobmedic notify` (wired into EpilogSlurmctld
 and strigger, docs/operations.md) sends the `poke` signal, the workflow keeps
@@ -24,6 +28,7 @@ and are never asked.)
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta
 
 from pydantic import Field
@@ -35,6 +40,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.messages import ActivityNames, WatchInput
 
 HANDOVER = "watch-poke-handover"  # workflow.patched: the run may continue as new with the watch's state
+SHARDS = "watch-shards"  # workflow.patched: the run starts WatchInput.shards activities, one per shard
+MAX_SHARDS = 64
 HANDOVER_AFTER_EVENTS = 10_000  # Temporal warns at 10,240 events and ends a workflow at 51,200
 KEEP_POKES = 64  # the watch remembers this many pokes (the activity reads them within a second)
 MAX_POKE_JOBS = 256  # a poke names at most this many jobs and nodes (the rest: the next interval poll)
@@ -96,20 +103,30 @@ class ClusterWatchWorkflow:
     async def run(self, inp: WatchInput) -> None:
         heartbeat = timedelta(seconds=max(5.0, inp.poll_interval_s * 5))
         self._may_hand_over = workflow.patched(HANDOVER)
-        # The activity only returns when it is cancelled or asked to hand over; a failure (worker lost,
+        shards = max(1, min(MAX_SHARDS, inp.shards)) if workflow.patched(SHARDS) else 1
+
+        # Each activity only returns when it is cancelled or asked to hand over; a failure (worker lost,
         # scheduler unreachable for long) is retried for ever with back-off.
-        state = await workflow.execute_activity(
-            ActivityNames.WATCH_CLUSTER,
-            inp,
-            task_queue=inp.scheduler_queue or f"jobmedic-slurm-{inp.cluster}",
-            start_to_close_timeout=timedelta(days=3650),
-            heartbeat_timeout=heartbeat,
-            retry_policy=RetryPolicy(
-                initial_interval=timedelta(seconds=1),
-                maximum_interval=timedelta(seconds=30),
-                backoff_coefficient=2.0,
-            ),
-        )
+        def shard_run(shard: int):  # noqa: ANN202 - the activity handle
+            shard_input = inp if shards == 1 else inp.model_copy(update={"shard": shard, "shards": shards})
+            return workflow.execute_activity(
+                ActivityNames.WATCH_CLUSTER,
+                shard_input,
+                task_queue=inp.scheduler_queue or f"jobmedic-slurm-{inp.cluster}",
+                start_to_close_timeout=timedelta(days=3650),
+                heartbeat_timeout=heartbeat,
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=1),
+                    maximum_interval=timedelta(seconds=30),
+                    backoff_coefficient=2.0,
+                ),
+            )
+
+        if shards == 1:
+            state = await shard_run(0)
+        else:
+            await asyncio.gather(*(shard_run(i) for i in range(shards)))
+            state = None  # sharded watches keep their state in the watch-state table, not in a handover
         if self._may_hand_over and self._handover:
             await workflow.wait_condition(workflow.all_handlers_finished)
             workflow.continue_as_new(inp.model_copy(update={"resume_state": state}))

@@ -519,6 +519,7 @@ class EventType(StrEnum):
     COMPLETED = "completed"
     STOPPED = "stopped"
     INVALID_OPT_IN = "invalid_opt_in"
+    MALFORMED_RECORD = "malformed_record"  # the cluster watch skipped a scheduler record it could not read
     SYSTEMIC_EVENT = "systemic_event"  # the systemic guard: an event opened (the alert), released, or a cap bit
     LEMON_NODE = "lemon_node"  # the systemic guard: a node became, or stopped being, a lemon
 

@@ -218,7 +218,6 @@ class JobStatus(Contract):
     job_state: str = ""
     restarts: int = 0
     audit_backlog: int = 0  # audit entries waiting for the store (it is down or refusing them)
-    audit_batched: int = 0  # routine milestones waiting for the next batch (by design, not a store problem)
     systemic_event: str | None = None  # the systemic event jobmedic holds the job for
 
 
@@ -310,5 +309,9 @@ class WatchInput(Contract):
     scheduler_queue: str | None = None  # None: the default name for the cluster
     # the watch state (activities.watch.WatchState, as data) the previous run handed over when it continued as new
     resume_state: dict | None = None
+    # the watch runs `shards` activities, each over the jobs whose stable job-id hash names it (`shard`);
+    # runs started before the `watch-shards` patch run one
+    shards: int = 1
+    shard: int = 0  # set by the workflow on each shard activity's input
 
 

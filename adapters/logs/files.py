@@ -23,6 +23,7 @@ import asyncio
 import errno
 import hashlib
 import os
+import stat
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
@@ -197,15 +198,25 @@ class _LocalFile:
 
 
 def _open_local(path: str) -> _LocalFile:
+    """`path` opened for reading, refused unless it is a regular file.
+
+    O_NONBLOCK: opening a FIFO for reading otherwise waits for a writer, for ever, in one of the
+    few threads every read of the watch shares; a job's output path can be anything its user made.
+    """
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOCTTY", 0))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except FileNotFoundError as exc:
         raise _Missing(path) from exc
     except OSError as exc:
         hint = "check the path and that jobmedic's user may read it" if exc.errno in (errno.EACCES, errno.EPERM) else ""
         raise LogSourceError(f"cannot open log file {path}: {exc.strerror}. {hint}".strip()) from exc
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise LogSourceError(f"log {path} is not a regular file (a FIFO, device or directory): not read")
         return _LocalFile(fd)
+    except LogSourceError:
+        os.close(fd)
+        raise
     except OSError as exc:
         os.close(fd)
         raise LogSourceError(f"cannot stat log file {path}: {exc.strerror}") from exc
@@ -379,6 +390,10 @@ class SftpLogSource:
         try:
             async with asyncio.timeout(self.timeout_s):
                 sftp = await self._client()
+                # a FIFO would block the server's open until a writer came: only regular files are opened
+                found = await sftp.stat(path)
+                if found.permissions is not None and not stat.S_ISREG(found.permissions):
+                    raise LogSourceError(f"log {path} is not a regular file (a FIFO, device or directory): not read")
                 handle = await sftp.open(path, "rb")
                 try:
                     attrs = await handle.stat()

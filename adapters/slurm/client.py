@@ -2,7 +2,17 @@
 
 Reading costs one command per call whatever the number of jobs: `squeue --json`
 for jobs (it lists every job the controller still holds, finished ones for
-`MinJobAge`), `sinfo --json` for nodes.
+`MinJobAge`), `sinfo --json` for nodes. Output is decoded in a worker thread
+(`asyncio.to_thread`): 10,000 jobs are ~27 MB of JSON, seconds of parsing that
+must not stall the event loop.
+
+Actions and their confirmations read one job: `squeue --jobs ID --json`, and
+only the records of that job are converted. Slurm 23.02+ applies `--jobs` to
+`--json` output; 22.05 ignores it (observed here: `squeue --jobs 999999 --json`
+lists every job and exits 0), so there the saving is the conversion, not the
+query. `scontrol show job -o ID` is cheaper but not safe to read: it quotes
+nothing, and a job name such as `x JobState=PENDING Restarts=3` forges fields
+(`parse.parse_scontrol_record`).
 
 Every action reads the current state first and does nothing when its effect is
 already there (`ActionResult.changed` is False), so a retried or replayed
@@ -31,7 +41,9 @@ from loguru import logger
 from adapters.errors import ActionRefused, JobNotFound, SchedulerError, SchedulerUnreachable
 from adapters.slurm.ctld_config import min_job_age_s, parse_show_config
 from adapters.slurm.ownership import Mark, read_mark, valid_deployment, with_mark
-from adapters.slurm.parse import array_of, is_array_remainder, parse_sinfo_json, parse_squeue_json
+from adapters.slurm.parse import (
+    SqueueListing, array_of, is_array_remainder, parse_sinfo_json, parse_squeue_listing,
+)
 from adapters.slurm.runner import CommandResult, CommandRunner
 from workflows.contracts import ActionKind, ActionResult, JobInfo, JobKey, JobState, NodeInfo
 
@@ -135,7 +147,11 @@ class SlurmClient:
     # ----------------------------------------------------------------------- reading
 
     async def list_jobs(self, *, opted_in_only: bool = True) -> list[JobInfo]:
-        """Every job the controller holds, in one `squeue --json` call.
+        """Every job the controller holds, in one `squeue --json` call (see `listing`)."""
+        return (await self.listing(opted_in_only=opted_in_only)).jobs
+
+    async def listing(self, *, opted_in_only: bool = True) -> SqueueListing:
+        """Every job the controller holds, in one `squeue --json` call, and the records that were skipped.
 
         With `opted_in_only`, jobs that did not opt in are dropped; jobs whose
         opt-in is invalid are kept (`opt_in.invalid_reason` says why). A task
@@ -143,35 +159,56 @@ class SlurmClient:
         (`parse.job_identity`); with `opted_in_only` the one record of an
         array's tasks that have not started yet (`282_[2-5]`) is dropped too:
         it is no task to recover, and each task is listed on its own from the
-        moment Slurm starts it.
+        moment Slurm starts it. A record that cannot be read is skipped (and
+        named in `skipped`): the rest of the cluster is still listed.
         """
-        result = await self._run(["squeue", "--json"], what="squeue --json")
-        jobs = parse_squeue_json(result.stdout, cluster=self.cluster, opt_in_max_bytes=self.opt_in_max_bytes)
+        found = await self._squeue(["squeue", "--json"], what="squeue --json")
+        for record in found.skipped:
+            logger.warning("squeue --json on {}: skipped a record ({}): {}", self.cluster, record.reason,
+                           record.excerpt[:200])
         if opted_in_only:
             jobs = [
-                job for job in jobs
+                job for job in found.jobs
                 if (job.opt_in.opted_in or job.opt_in.invalid) and not is_array_remainder(job.job_id)
             ]
-        return jobs
+            return SqueueListing(jobs=jobs, skipped=found.skipped)
+        return found
+
+    async def _squeue(
+        self, argv: list[str], *, what: str, only: Callable[[str], bool] | None = None
+    ) -> SqueueListing:
+        result = await self._run(argv, what=what)
+        return await asyncio.to_thread(
+            parse_squeue_listing, result.stdout, cluster=self.cluster, opt_in_max_bytes=self.opt_in_max_bytes,
+            only=only,
+        )
 
     async def array_tasks(self, job_id: str) -> list[JobInfo]:
         """Every record of the job array `job_id` is a task of (the remainder of tasks not started included),
-        in one `squeue --json`; empty for a job that is no array task."""
+        in one `squeue --jobs ARRAY --json`; empty for a job that is no array task."""
         array = array_of(_check_job_id(job_id))
         if array is None:
             return []
-        return [job for job in await self.list_jobs(opted_in_only=False) if array_of(job.job_id) == array]
+        found = await self._squeue(["squeue", "--jobs", array, "--json"], what=f"squeue --jobs {array} --json",
+                                   only=lambda ident: array_of(ident) == array)
+        return found.jobs
 
     async def get_job(self, job_id: str) -> JobInfo:
-        """One job by id, whether or not it opted in.
+        """One job by id, whether or not it opted in, in one `squeue --jobs ID --json`.
 
         Raises:
             JobNotFound: the controller does not (or no longer) hold it.
         """
         job_id = _check_job_id(job_id)
-        for job in await self.list_jobs(opted_in_only=False):
-            if job.job_id == job_id:
-                return job
+        found = await self._squeue(["squeue", "--jobs", job_id, "--json"], what=f"squeue --jobs {job_id} --json",
+                                   only=lambda ident: ident == job_id)
+        for job in found.jobs:
+            return job
+        if found.skipped:
+            raise SchedulerError(
+                f"the scheduler record of job {job_id} on cluster {self.cluster!r} cannot be read "
+                f"({found.skipped[0].reason}); `squeue --jobs {job_id} --json` shows it"
+            )
         raise JobNotFound(
             f"job {job_id} is not known to the scheduler of cluster {self.cluster!r} "
             "(never submitted, or finished longer than MinJobAge ago)"

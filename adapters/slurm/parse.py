@@ -12,9 +12,12 @@ helpers also accept the shapes newer releases print (numbers as
 `{"set", "infinite", "number"}`, states as lists, exit codes as objects), so an
 upgrade degrades to missing details, not to a crash.
 
-Structural damage (not JSON, no job list, a job without an id) raises
-`ParseError` quoting the offending line; odd values inside a job become
-"unknown" (`JobState.UNKNOWN`, `None`, empty strings) instead.
+Structural damage to the document (not JSON, no job list) raises `ParseError`
+quoting the offending line; odd values inside a job become "unknown"
+(`JobState.UNKNOWN`, `None`, empty strings) instead. One job record that cannot
+be read at all (not an object, no id, a value that breaks the model) is
+skipped by `parse_squeue_listing`, which says what it skipped: one bad record
+must not blind the watch to every other job of the cluster.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -86,11 +90,59 @@ def _describe_errors(errors: Iterable[Any]) -> str:
 
 
 def parse_squeue_json(text: str, *, cluster: str = "", opt_in_max_bytes: int = 4096) -> list[JobInfo]:
-    """Every job in the output of `squeue --json`, with opt-ins read."""
+    """Every job in the output of `squeue --json`, with opt-ins read (a record that cannot be read raises)."""
     return [
         job_from_json(raw, cluster=cluster, opt_in_max_bytes=opt_in_max_bytes)
         for raw in load_document(text, what="squeue --json", list_key="jobs")
     ]
+
+
+@dataclass(frozen=True)
+class SkippedRecord:
+    """A job record of a listing that could not be read: why, an excerpt, and its job id when it has one."""
+
+    reason: str
+    excerpt: str
+    job_id: str | None = None
+
+
+@dataclass(frozen=True)
+class SqueueListing:
+    """The jobs of one `squeue --json`, and the records that were skipped."""
+
+    jobs: list[JobInfo]
+    skipped: list[SkippedRecord] = field(default_factory=list)
+
+
+def parse_squeue_listing(
+    text: str,
+    *,
+    cluster: str = "",
+    opt_in_max_bytes: int = 4096,
+    only: Callable[[str], bool] | None = None,
+) -> SqueueListing:
+    """Every readable job of `squeue --json`; an unreadable record is skipped and named in `skipped`.
+
+    `only`: keep just the records whose jobmedic id (`job_identity`) it accepts; the others are not
+    even converted (a per-job read on a cluster whose squeue ignores `--jobs` costs one JSON decode).
+
+    Raises:
+        ParseError: the document itself is broken (not JSON, no job list).
+        SchedulerUnreachable: Slurm reported errors instead of jobs.
+    """
+    jobs: list[JobInfo] = []
+    skipped: list[SkippedRecord] = []
+    for raw in load_document(text, what="squeue --json", list_key="jobs"):
+        if only is not None and not only(raw_identity(raw)):
+            continue
+        try:
+            jobs.append(job_from_json(raw, cluster=cluster, opt_in_max_bytes=opt_in_max_bytes))
+        except (ParseError, ValueError, TypeError, OverflowError) as exc:  # pydantic's ValidationError is a ValueError
+            job_id = number(raw.get("job_id")) if isinstance(raw, dict) else None
+            skipped.append(SkippedRecord(
+                reason=" ".join(str(exc).split())[:300], excerpt=_excerpt(raw), job_id=str(job_id) if job_id else None,
+            ))
+    return SqueueListing(jobs=jobs, skipped=skipped)
 
 
 def job_from_json(raw: Any, *, cluster: str = "", opt_in_max_bytes: int = 4096) -> JobInfo:
@@ -122,7 +174,7 @@ def job_from_json(raw: Any, *, cluster: str = "", opt_in_max_bytes: int = 4096) 
         stdout_pattern = "slurm-%A_%a.out" if array_job else "slurm-%j.out"
     if not stderr_pattern:
         stderr_pattern = stdout_pattern  # Slurm writes both streams to one file then
-    path_fields: dict[str, Any] = dict(job_id=job_id, array_job_id=array_job, array_task_id=array_task,
+    path_fields = dict(job_id=job_id, array_job_id=array_job, array_task_id=array_task,
                        user=user, name=name, batch_host=batch_host, work_dir=work_dir)
 
     return JobInfo(
@@ -160,6 +212,17 @@ def job_from_json(raw: Any, *, cluster: str = "", opt_in_max_bytes: int = 4096) 
         requeue_allowed=raw.get("requeue") if isinstance(raw.get("requeue"), bool) else None,
         opt_in=parse_opt_in(comment, max_bytes=opt_in_max_bytes),
     )
+
+
+def raw_identity(raw: Any) -> str:
+    """The jobmedic id of a raw `squeue --json` record ("" when it has none), without converting the record."""
+    if not isinstance(raw, dict):
+        return ""
+    job_id = number(raw.get("job_id"))
+    if job_id is None:
+        return ""
+    return job_identity(job_id, number(raw.get("array_job_id")) or 0, number(raw.get("array_task_id")),
+                        _text(raw.get("array_task_string")))
 
 
 def job_identity(job_id: int, array_job_id: int, array_task_id: int | None, task_string: str = "") -> str:
@@ -475,6 +538,7 @@ def _excerpt(value: Any) -> str:
 
 
 __all__ = [
+    "SkippedRecord", "SqueueListing", "parse_squeue_listing", "raw_identity",
     "array_of", "array_task_count", "block_layout", "epoch", "is_array_remainder", "job_identity", "expand_output_path", "format_time_limit", "job_from_json", "load_document",
     "node_from_json", "number", "parse_exit_code", "parse_reason", "parse_scontrol_record", "parse_sinfo_json",
     "parse_squeue_json", "parse_state", "task_layout",

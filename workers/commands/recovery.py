@@ -7,7 +7,6 @@ import asyncio
 import json
 import signal
 import sys
-from typing import Any
 
 from workers.settings import Settings
 from workers.temporal_client import workflow_page
@@ -102,7 +101,7 @@ async def _list_jobs(settings: Settings, *, cluster: str | None, include_closed:
     from workers.temporal_client import connect
 
     client = await connect(settings)
-    rows: list[dict[str, Any]] = []
+    rows = []
     async for wf in client.list_workflows(recovery_query(cluster=cluster or None, running=not include_closed)):
         sa = wf.search_attributes
         rows.append(
@@ -120,9 +119,10 @@ async def _list_jobs(settings: Settings, *, cluster: str | None, include_closed:
                 "page": workflow_page(settings, wf.id),  # the job's page in the Temporal UI
             }
         )
-    watch: dict[str, dict[str, Any]] = {}
+    watch = {}
     for name in sorted({str(r["cluster"]) for r in rows if r["cluster"]}):
-        watch.update(await watched_jobs(client, name))
+        watch.update(await watched_jobs(client, name))  # a watch from before the watch_state table
+        watch.update(await _stored_watch(settings, name))
     for r in rows:
         # what the cluster watch says about the job; "" when the watch has not seen it (or is not running)
         r["hang_watch"] = watch.get(r["workflow_id"], {}).get("hang_watch", "")
@@ -152,6 +152,22 @@ async def watched_jobs(client, cluster: str) -> dict[str, dict]:
         if isinstance(jobs, dict):
             return {wid: job for wid, job in jobs.items() if isinstance(job, dict)}
     return {}
+
+
+async def _stored_watch(settings: Settings, cluster: str) -> dict[str, dict]:
+    """The cluster watch's view of each job from its `watch_state` rows (empty when the store cannot be read)."""
+    from activities.watch_state import watched_jobs_from_rows
+    from adapters.errors import JobmedicError
+    from workers.factories.audit import build_audit_store
+
+    store = build_audit_store(settings)
+    try:
+        rows = await asyncio.to_thread(store.load_watch_state, cluster)
+    except JobmedicError:
+        return {}
+    finally:
+        store.close()
+    return watched_jobs_from_rows(rows)
 
 
 def _first(values) -> object:

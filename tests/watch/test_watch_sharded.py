@@ -1,0 +1,243 @@
+"""The sharded watch with its state in the watch_state table: partition, resume, small heartbeat, bad records.
+
+Real job output files on disk read by the real file log source, a real SQLite audit store holding the state;
+the scheduler listing and Temporal are in-memory stand-ins (tests/workflows runs the whole thing for real).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from activities.screening import LogScreen
+from activities.watch import WatchActivities, WatchContext, WatchState, _FailureIndex
+from activities.watch_state import ShardKeeper
+from adapters.audit import AuditStore
+from adapters.audit.rows import shard_of
+from adapters.logs.files import LocalFileLogSource
+from adapters.slurm.parse import SkippedRecord, SqueueListing
+from workflows.contracts import EventType, JobInfo, JobKey, JobState, OptIn, OptInResult
+from workflows.messages import JobRecoveryInput, ObservationReason
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+CRASH = "RuntimeError: CUDA error: an illegal memory access was encountered"
+
+
+def job(job_id: str, out: Path, *, state: JobState = JobState.RUNNING, nodes: list[str] | None = None) -> JobInfo:
+    return JobInfo(
+        job_id=job_id, state=state, nodes=nodes or ["n1", "n2"], submit_time=T0, start_time=T0,
+        stdout_path=str(out), stderr_path=str(out),
+        opt_in=OptInResult(opted_in=True, opt_in=OptIn(environment="prod")),
+    )
+
+
+@dataclass
+class Listing:
+    jobs: list[JobInfo] = field(default_factory=list)
+    skipped: list[SkippedRecord] = field(default_factory=list)
+    calls: int = 0
+
+    async def list_jobs(self, *, opted_in_only: bool = True) -> list[JobInfo]:
+        return (await self.listing(opted_in_only=opted_in_only)).jobs
+
+    async def listing(self, *, opted_in_only: bool = True) -> SqueueListing:
+        self.calls += 1
+        return SqueueListing(jobs=[j.model_copy(deep=True) for j in self.jobs], skipped=list(self.skipped))
+
+
+@dataclass
+class Temporal:
+    started: list[tuple[str, list]] = field(default_factory=list)
+
+    async def start_workflow(self, run, inp, *, id, start_signal_args, **kw):
+        self.started.append((id, start_signal_args))
+
+    def get_workflow_handle(self, wid):
+        raise AssertionError("no job leaves the listing in these tests")
+
+
+class Audit:
+    def __init__(self) -> None:
+        self.entries: list = []
+
+    def record(self, entry) -> bool:
+        self.entries.append(entry)
+        return True
+
+
+@pytest.fixture(scope="module")
+def screen() -> LogScreen:
+    return LogScreen()
+
+
+def make(listing: Listing, temporal: Temporal, screen: LogScreen, audit: Audit, store: AuditStore | None,
+         clock=lambda: T0) -> WatchActivities:
+    def recovery_input(j: JobInfo, key: JobKey) -> JobRecoveryInput:
+        return JobRecoveryInput(key=key, opt_in=j.opt_in.opt_in, scheduler_queue="q")
+
+    ctx = WatchContext(cluster="c1", environment="prod", main_queue="m", scheduler_queue="q",
+                       recovery_input=recovery_input, hang_bound_s=lambda i, c: 3600.0)
+    return WatchActivities(context=ctx, slurm=listing, logs=LocalFileLogSource(), screen=screen,
+                           client=temporal, audit=audit, clock=clock, state_store=store)  # type: ignore[arg-type]
+
+
+def write(path: Path, lines: list[str]) -> None:
+    with path.open("a") as f:
+        f.writelines(line + "\n" for line in lines)
+
+
+def hit_lines(temporal: Temporal) -> dict[str, list[int]]:
+    """Workflow id -> the file line numbers of the flagged lines it was sent."""
+    out: dict[str, set[int]] = {}
+    for wid, args in temporal.started:
+        out.setdefault(wid, set()).update(h.line_no for obs in args for h in obs.hits if h.line_no is not None)
+    return {wid: sorted(lines) for wid, lines in out.items()}
+
+
+async def test_shards_split_the_jobs_and_a_restarted_watch_resumes_every_cursor(tmp_path: Path, screen) -> None:
+    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
+    shards = 3
+    jobs = []
+    for i in range(30):
+        out = tmp_path / f"out-{i}.txt"
+        write(out, [f"iteration {n}/1000 | loss 2.0" for n in range(1, 4)] + [CRASH])
+        jobs.append(job(str(100 + i), out))
+    listing = Listing(jobs)
+
+    async def one_pass(watch: WatchActivities, keepers: list[ShardKeeper], states: list[WatchState]) -> None:
+        for shard, (keeper, state) in enumerate(zip(keepers, states)):
+            await watch.poll_once(state, shard=shard, shards=shards, keeper=keeper)
+
+    first = Temporal()
+    watch = make(listing, first, screen, Audit(), store)
+    keepers = [ShardKeeper(store, cluster="c1", shard=s, shards=shards) for s in range(shards)]
+    states = [WatchState.model_validate(await k.load()) for k in keepers]
+    await one_pass(watch, keepers, states)
+    # every job watched by exactly the shard its id hashes to
+    for shard, state in enumerate(states):
+        assert {w.job_id for w in state.jobs.values()} == {j.job_id for j in jobs if shard_of(j.job_id, shards) == shard}
+    assert sorted(len(lines) for lines in hit_lines(first).values()) == [1] * 30  # line 4 of each job, once
+    assert listing.calls == 1  # the three shards of this worker shared one listing
+
+    # the worker is replaced: new activities, new keepers, the state read back from the table
+    for i in range(30):
+        write(tmp_path / f"out-{i}.txt", ["iteration 4/1000 | loss 1.9", CRASH])
+    second = Temporal()
+    watch = make(listing, second, screen, Audit(), store)
+    keepers = [ShardKeeper(store, cluster="c1", shard=s, shards=shards) for s in range(shards)]
+    states = [WatchState.model_validate(await k.load()) for k in keepers]
+    assert sum(len(s.jobs) for s in states) == 30
+    await one_pass(watch, keepers, states)
+    sent = hit_lines(second)
+    assert sent and all(lines == [6] for lines in sent.values())  # only the new crash line: none again, none lost
+    assert all(ObservationReason.FIRST_SEEN not in obs.reasons for _, args in second.started for obs in args)
+    store.close()
+
+
+async def test_a_pass_writes_only_the_rows_that_changed(tmp_path: Path, screen) -> None:
+    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
+    quiet, busy = tmp_path / "quiet.txt", tmp_path / "busy.txt"
+    write(quiet, ["iteration 1/10 | loss 1"])
+    write(busy, ["iteration 1/10 | loss 1"])
+    listing = Listing([job("1", quiet), job("2", busy)])
+    watch = make(listing, Temporal(), screen, Audit(), store)
+    keeper = ShardKeeper(store, cluster="c1")
+    state = WatchState()
+    await watch.poll_once(state, keeper=keeper)
+    assert keeper.rows_written == 3  # two jobs and the shard's own row
+    write(busy, ["iteration 2/10 | loss 1"])
+    await watch.poll_once(state, keeper=keeper)
+    assert keeper.rows_written == 3 + 2  # the busy job's cursor and the shard's poll count; the quiet job stays
+    store.close()
+
+
+async def test_the_heartbeat_stays_small_with_thousands_of_jobs(tmp_path: Path, screen) -> None:
+    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
+    jobs = []
+    for i in range(1500):
+        out = tmp_path / f"o{i}"
+        write(out, ["iteration 1/100 | loss 3.0 | elapsed time per iteration (ms): 900.1"])
+        jobs.append(job(str(5000 + i), out))
+    watch = make(Listing(jobs), Temporal(), screen, Audit(), store)
+    keeper = ShardKeeper(store, cluster="c1")
+    state = WatchState()
+    await watch.poll_once(state, keeper=keeper)
+    beat = json.dumps(WatchActivities._beat(state, keeper, 0, 1))
+    legacy = json.dumps(WatchActivities._beat(state, None, 0, 1))  # what the heartbeat used to carry
+    assert len(state.jobs) == 1500 and store.watch_state_rows("c1") == 1501
+    assert len(beat) < 200 < 1000 * 1500 < len(legacy) * 1.5
+    store.close()
+
+
+async def test_an_unreadable_record_is_skipped_and_audited_once_and_the_others_are_watched(tmp_path: Path, screen) -> None:
+    out = tmp_path / "out.txt"
+    write(out, [CRASH])
+    bad = SkippedRecord(reason="a job entry has no job_id", excerpt='{"name": "x"}')
+    listing = Listing([job("7", out)], skipped=[bad])
+    audit, temporal = Audit(), Temporal()
+    watch = make(listing, temporal, screen, audit, None)
+    state = WatchState()
+    await watch.poll_once(state)
+    await watch.poll_once(state)
+    assert [e.event_type for e in audit.entries] == [EventType.MALFORMED_RECORD]
+    assert "no job_id" in (audit.entries[0].outcome or "")
+    assert [wid for wid, _ in temporal.started] and state.jobs  # job 7 is watched as usual
+
+
+async def test_a_fifo_as_output_file_is_refused_without_blocking_the_watch(tmp_path: Path, screen) -> None:
+    fifo, good = tmp_path / "fifo.out", tmp_path / "good.out"
+    os.mkfifo(fifo)
+    write(good, [CRASH])
+    temporal = Temporal()
+    watch = make(Listing([job("1", fifo), job("2", good)]), temporal, screen, Audit(), None)
+    started = time.monotonic()
+    await watch.poll_once(WatchState())
+    assert time.monotonic() - started < 5  # an open() of the FIFO would wait for a writer for ever
+    assert sum(len(v) for v in hit_lines(temporal).values()) == 1  # the good job's crash line
+
+
+def test_failure_counts_per_job_match_a_direct_count_and_are_not_quadratic() -> None:
+    nodes = [f"gpu{n:03d}" for n in range(256)]
+    failures = [(str(i), float(i), nodes[(i * 7) % 192:(i * 7) % 192 + 64]) for i in range(1000)]
+    observed = [JobInfo(job_id=str(i), nodes=nodes[(i * 5) % 192:(i * 5) % 192 + 64]) for i in range(0, 1000, 10)]
+
+    def direct(j: JobInfo) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for job_id, _, failed in failures:
+            if job_id != j.job_id:
+                for node in failed:
+                    if node in j.nodes:
+                        counts[node] = counts.get(node, 0) + 1
+        return counts
+
+    index = _FailureIndex(failures)
+    assert all(index.counts_for(j) == direct(j) for j in observed[:10])
+    t0 = time.perf_counter()
+    index = _FailureIndex(failures)
+    for j in observed:
+        index.counts_for(j)
+    indexed = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for j in observed[:10]:
+        direct(j)
+    scanning = (time.perf_counter() - t0) * 10  # the old way, for the same 100 jobs
+    assert indexed < scanning / 5, (indexed, scanning)
+
+
+def test_old_state_rows_are_pruned_on_load(tmp_path: Path) -> None:
+    import asyncio
+
+    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
+    old = ShardKeeper(store, cluster="c1", clock=lambda: T0 - timedelta(days=5))
+    state = WatchState.model_validate({"jobs": {"wf-1": {"workflow_id": "wf-1", "job_id": "1"}}})
+    asyncio.run(old.save(state))
+    assert store.watch_state_rows("c1") == 2
+    loaded = asyncio.run(ShardKeeper(store, cluster="c1", clock=lambda: T0).load())
+    assert loaded["jobs"] == {} and store.watch_state_rows("c1") == 0
+    store.close()
