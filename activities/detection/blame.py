@@ -83,6 +83,14 @@ def implicate(
             hosts.add(root[0])
         if root[1] is not None and not ranks:
             ranks.add(root[1])  # torchrun's first observed failure: the rank that went first
+    failed = b.first_failed()
+    if failed is not None and cat not in (Category.NCCL_TIMEOUT, Category.HANG, Category.PREEMPTED,
+                                          Category.TIME_LIMIT):
+        # the process a launcher says ended first of its own failure (srun's exit code, mpirun's signal,
+        # DeepSpeed's return code); on a blamed node when nodes are blamed
+        host, first = failed
+        if first and (not hosts or host is None or host in hosts) and (not ranks or cat == Category.NCCL_ERROR):
+            ranks |= set(first)
     if cat == Category.HANG:
         hosts |= set(evidence.straggler_hosts)
     if cat in (Category.NODE_FAILURE,) and not hosts:

@@ -36,7 +36,7 @@ _HOST_DMESG_PREFIX = re.compile(
 _COMPOSE_PREFIX = re.compile(r"^([A-Za-z][A-Za-z0-9._-]{0,62}) +\| ")
 _NCCL_PREFIX = re.compile(
     # newer NCCL puts the source location between the device and "NCCL": "[5] transport/net_ib.cc:1696 NCCL WARN"
-    r"(?:^|[\s\]:>])([A-Za-z0-9][A-Za-z0-9._-]{0,62}):[0-9]{1,8}:[0-9]{1,8} \[([0-9]{1,3})\] "
+    r"(?:^|[\s\]:>])([A-Za-z0-9][A-Za-z0-9._-]{0,62}):([0-9]{1,8}):[0-9]{1,8} \[([0-9]{1,3})\] "
     r"(?:[A-Za-z0-9_./-]{1,80}:[0-9]{1,6} )?NCCL "
 )
 _RANK_BRACKET = re.compile(r"\[(?:PG [^\]]{0,80}?)?Rank ([0-9]{1,6})\]")
@@ -54,6 +54,7 @@ class LineContext:
     task: int | None = None  # Slurm task id (srun --label)
     rank: int | None = None  # torch global rank
     local_gpu: str | None = None  # NCCL "[dev]"
+    pid: int | None = None  # NCCL "host:pid:tid"
     local_rank: int | None = None  # torchrun --tee "[default3]:"
     text: str = ""  # the line without its prefixes
 
@@ -114,7 +115,8 @@ def parse_context(line: str, *, known_hosts: frozenset[str] = frozenset()) -> Li
     m = _NCCL_PREFIX.search(text)
     if m:
         ctx.host = ctx.host or m.group(1)
-        ctx.local_gpu = m.group(2)
+        ctx.pid = int(m.group(2))
+        ctx.local_gpu = m.group(3)
     m = _RANK_BRACKET.search(text)
     if m and ctx.rank is None:
         ctx.rank = int(m.group(1))

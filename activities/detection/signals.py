@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from activities.detection import fallback
 from activities.detection.catalogue import Catalogue, PatternSpec
 from activities.detection.hosts import NodeMap, mentioned_ips
+from activities.detection.launchers import LauncherReport, NcclProcess, launcher_report, nccl_process, task_ids
 from activities.detection.line_context import MAX_LINE, LineContext, parse_context
 from activities.detection.progress import parse_progress_line
 from activities.detection.xid import xid_info
@@ -48,6 +49,7 @@ class Signal:
     order: int = 0  # position in the log (scheduler facts come last)
     peers: list[str] = field(default_factory=list)  # other nodes the line names (a link's far end, a peer)
     host_from: str = ""  # "message" (the line names it), "prefix" (who printed it), "layout" (rank/task map)
+    pid: int | None = None  # the NCCL "host:pid:tid" prefix's pid
 
     @property
     def strong(self) -> bool:
@@ -103,6 +105,9 @@ class SignalBuilder:
         # position of a line in the log as the verdict orders it -> the line's file line number and stream
         # (empty when the positions are the file's line numbers already)
         self.where: dict[int, EvidenceLine] = {}
+        self.launches: list[LauncherReport] = []  # what launchers said about how processes ended
+        self.nccl_procs: dict[tuple[str, int], NcclProcess] = {}  # (host, pid) -> rank and GPU, from NCCL INFO
+        self.per_node_launcher = False  # torchrun / DeepSpeed under each Slurm task: task ids are not ranks
 
     def cite(self, s: Signal) -> EvidenceLine:
         """A signal as the evidence line the verdict shows: file line number and stream for a log line."""
@@ -174,6 +179,8 @@ class SignalBuilder:
         if not specs:
             return
         ctx = parse_context(line, known_hosts=self.spellings)
+        if ctx.local_rank is not None:
+            self.per_node_launcher = True
         key = (ctx.host, ctx.task, ctx.rank)
         specific = [s for s in specs if s.id not in _GENERIC and s.id not in _STRUCTURE]
         if specific:
@@ -209,7 +216,7 @@ class SignalBuilder:
             category=spec.category, fault_domain=spec.fault_domain, severity=spec.severity, role=spec.role,
             condemns=spec.condemns, source="log", line=line, line_no=line_no, pattern_id=spec.id,
             host=self._norm_host(fields.get("host") or ctx.host), task=ctx.task, rank=ctx.rank,
-            fields=fields, text=ctx.text, order=order,
+            fields=fields, text=ctx.text, order=order, pid=ctx.pid,
         )
         named = self._named_hosts(ctx.text)
         if fields.get("host"):
@@ -230,7 +237,7 @@ class SignalBuilder:
         if "rank" in fields:
             sig.rank = int(fields["rank"])
         if "tasks" in fields:
-            tasks = _task_ids(fields["tasks"])
+            tasks = task_ids(fields["tasks"])
             if tasks:
                 sig.task = tasks[0]
                 sig.fields["task_ids"] = ",".join(map(str, tasks))
@@ -336,6 +343,81 @@ class SignalBuilder:
         if not named and not self.nodemap:
             named = mentioned_ips(text)
         return named
+
+    # --------------------------------------------------------------- launchers and NCCL processes
+
+    def add_process_lines(self, lines: Iterable[tuple[int, str]]) -> None:
+        """Launcher reports of how processes ended and NCCL's word on which rank and GPU each process is.
+
+        Read from every line the verdict has (flagged or in the tail): these are INFO-level lines
+        nothing flags, printed at the start (NCCL) and at the end (launchers) of the output."""
+        seen: set[int] = set()
+        for line_no, line in lines:
+            if line_no in seen:
+                continue
+            seen.add(line_no)
+            if not ("srun: error:" in line or "noticed that process rank" in line or "exits with return code" in line
+                    or ("NCCL INFO" in line and " busId " in line)):
+                continue
+            ctx = parse_context(line[:MAX_LINE], known_hosts=self.spellings)
+            report = launcher_report(line_no, ctx.text)
+            if report is not None:
+                self.launches.append(report)
+                if report.launcher == "deepspeed":
+                    self.per_node_launcher = True
+                continue
+            proc = nccl_process(ctx.text)
+            if proc is not None and len(self.nccl_procs) < 4096:
+                host = self._norm_host(proc.host) or proc.host
+                self.nccl_procs.setdefault((host, proc.pid), proc)
+                self.rank_host.setdefault(proc.rank, host)
+
+    def tasks_are_ranks(self) -> bool:
+        """Slurm task ids are the global ranks: srun starts the training processes itself (no torchrun or
+        DeepSpeed launcher under each task, and no line shows a task and a different rank)."""
+        if self.per_node_launcher or self.elastic:
+            return False
+        return not any(s.task is not None and s.rank is not None and s.task != s.rank for s in self.signals)
+
+    def first_failed(self) -> tuple[str | None, list[int]] | None:
+        """Host and global ranks of the first process a launcher reports ending of its own failure."""
+        for report in sorted(self.launches, key=lambda r: r.line_no):
+            if not report.own_failure:
+                continue
+            host = self._norm_host(report.host)
+            ranks = list(report.ids)
+            if report.launcher == "srun" and not self.tasks_are_ranks():
+                ranks = []
+            elif report.local and len(self.job_hosts) > 1:
+                ranks = []  # a local rank on one of several nodes: which node's is not said
+            return host, ranks
+        return None
+
+    def apply_nccl_processes(self) -> None:
+        """Ranks and GPUs of signals printed by a process NCCL described; a log written by one NCCL process
+        (a per-rank file, an excerpt of one rank) gives its rank and GPU to its unlabelled lines too."""
+        if not self.nccl_procs:
+            return
+        only = next(iter(self.nccl_procs.values())) if len(self.nccl_procs) == 1 else None
+        if only is not None and any(s.host not in (None, self._norm_host(only.host)) for s in self.signals):
+            only = None  # other hosts write into this log too: an unlabelled line may be theirs
+        for sig in self.signals:
+            if sig.source != "log":
+                continue
+            proc = self.nccl_procs.get((sig.host, sig.pid)) if sig.host and sig.pid is not None else None
+            unlabelled = sig.rank is None and sig.task is None and sig.pid is None
+            if (proc is None and only is not None and unlabelled and sig.category in _DEVICE_CATEGORIES
+                    and sig.host in (None, self._norm_host(only.host))):
+                proc = only  # a line that names no other host than the one process's
+            if proc is None:
+                continue
+            host = self._norm_host(proc.host) or proc.host
+            if sig.rank is None:
+                sig.rank = proc.rank
+            if sig.host is None:
+                sig.host, sig.host_from = host, "layout"
+            if sig.host == host and sig.category in _DEVICE_CATEGORIES and (sig.gpu is None or _index_gpu(sig.gpu)):
+                sig.gpu = f"{host}:{proc.pci}"
 
     # --------------------------------------------------------------- torchrun summaries
 
@@ -483,7 +565,6 @@ class SignalBuilder:
 
 _PREVIOUS_XID = re.compile(r"caused by previous Xid ([0-9]{1,4})")
 _PCI = re.compile(r"(?<![0-9A-Fa-f:])((?:[0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9])?(?![0-9A-Fa-f:])")
-MAX_TASK_IDS = 64
 
 
 def _norm_pci(pci: str) -> str:
@@ -494,18 +575,12 @@ def _norm_pci(pci: str) -> str:
     return ":".join(parts)
 
 
-def _task_ids(text: str) -> list[int]:
-    """`0`, `1-3`, `0,2-3` -> the task ids (at most MAX_TASK_IDS)."""
-    out: list[int] = []
-    for part in text.split(","):
-        lo, _, hi = part.strip().partition("-")
-        if not lo.isdigit() or (hi and not hi.isdigit()):
-            continue
-        for t in range(int(lo), min(int(hi or lo), int(lo) + MAX_TASK_IDS) + 1):
-            out.append(t)
-            if len(out) >= MAX_TASK_IDS:
-                return out
-    return out
+_DEVICE_CATEGORIES = {Category.GPU_HARDWARE, Category.CUDA_ERROR, Category.GPU_OOM, Category.NCCL_ERROR}
+
+
+def _index_gpu(ref: str) -> bool:
+    """`host:3` or `3`: a GPU known by its index only."""
+    return ref.rsplit(":", 1)[-1].isdigit() and ref.count(":") <= 1
 
 
 def _gpu_words(text: str) -> tuple[Category, FaultDomain, str, bool, str] | None:

@@ -132,6 +132,7 @@ def _attribute(
     b.tail = [(n, line[:MAX_LINE]) for n, line in (numbered_lines[-fallback.TAIL_LINES:] if tail is None else tail)]
     b.add_log(numbered_lines, hits)
     b.add_elastic()
+    b.add_process_lines([*numbered_lines, *b.tail])
     if evidence.job is not None:
         b.add_job(evidence.job)
     job = evidence.job
@@ -139,6 +140,7 @@ def _attribute(
         # a job that finished cleanly is not explained by a node that went bad afterwards
         b.add_nodes(evidence.nodes)
         b.add_metrics(evidence.metric_facts)
+    b.apply_nccl_processes()
     b.resolve_hosts()
     choice = choose_root_cause(b, evidence)
     if survived(b, choice, evidence):
