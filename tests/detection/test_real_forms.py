@@ -1,0 +1,37 @@
+"""Failure families and attribution forms added from real-format tune excerpts (tests/corpus/real/tune/)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+from activities.detection.catalogue import load_catalogue
+from workflows.contracts import Category
+
+ROOT = Path(__file__).resolve().parents[2]
+TUNE = ROOT / "tests" / "corpus" / "real" / "tune"
+_spec = importlib.util.spec_from_file_location("bench_attribution_forms", ROOT / "bench" / "attribution.py")
+BENCH = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(BENCH)
+CATALOGUE = load_catalogue()
+
+
+def verdict_of(name: str, *, log_only: bool = False):
+    side = json.loads((TUNE / f"{name}.expected.json").read_text())
+    return BENCH.run_case(TUNE / f"{name}.log", side, catalogue=CATALOGUE, log_only=log_only)
+
+
+def test_jax_coordination_heartbeat_timeout_is_the_task_that_went():
+    """XLA/TSL: 'Task /job:jax_worker/replica:0/task:3 heartbeat timeout' names the process (and, through the
+    layout, the node) the others lost; the 'preempted' in its prose is not the scheduler's reason."""
+    v = verdict_of("node_failure-jax-coordination-task-heartbeat-timeout-q9n07")
+    assert v.category == Category.NODE_FAILURE
+    assert v.implicated.ranks == [3] and v.implicated.hosts == ["jxa-07"]
+
+
+def test_ray_marked_dead_in_the_pre_1x_wording():
+    """Ray before 1.x: '... has been marked dead because the monitor has missed too many heartbeats'."""
+    v = verdict_of("node_failure-ray-old-client-id-marked-dead-q9n04")
+    assert v.category == Category.NODE_FAILURE
+    assert v.implicated.hosts == []  # the line gives a client id, no node
