@@ -199,6 +199,13 @@ class JobHistory(Contract):
             1 for a in self.attempts if a.counts_toward_budget and a.ended_within(now=now, window_s=window_s)
         )
 
+    def recent_unproductive_attempts(self, *, now: datetime, window_s: float) -> int:
+        """Like `recent_attempts`, counting only the attempts that saved no new checkpoint."""
+        return sum(
+            1 for a in self.attempts
+            if a.counts_toward_budget and not a.made_checkpoint and a.ended_within(now=now, window_s=window_s)
+        )
+
     def attempts_without_checkpoint(self) -> int:
         """How many of the latest closed attempts in a row saved no new checkpoint.
 

@@ -121,6 +121,7 @@ STRAGGLER_CULPRIT = "straggler-culprit"
 FATAL_RUNNING = "fatal-running"  # a fatal line in a running job that stopped progressing is an incident
 ARRAY_GUARD = "array-guard"
 SYSTEMIC_GUARD = "systemic-guard"
+PROGRESS_EARNS_RETRIES = "progress-earns-retries"  # the attempt budget counts attempts that saved no checkpoint
 OPT_IN_FROM_JOB = "opt-in-from-job"  # the policies read the opt-in from the job as the scheduler shows it, only
 GUARD_ANSWER_MARGIN_S = 10.0  # beyond the guard's settle time, for its reads and the signals
 AUDIT_BATCH = 50
@@ -728,6 +729,7 @@ class JobRecoveryWorkflow:
             # the job's opt-in (in `job`) is the one source; older histories also passed the start-time budget
             max_attempts_override=None if workflow.patched(OPT_IN_FROM_JOB) else self._inp.opt_in.max_attempts,
             slurm_requeued=incident is IncidentKind.SLURM_REQUEUE,
+            progress_earns_retries=workflow.patched(PROGRESS_EARNS_RETRIES),
         )
         return advice
 

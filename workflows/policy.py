@@ -29,7 +29,14 @@ Gates, whatever the category:
     within config.systemic_window_s.)
  5. attempt_budget: this failure is the max_attempts-th within
     config.attempts_window_s -> STOP. max_attempts is `max_attempts_override`,
-    else the job's opt-in `max_attempts`, else config.max_attempts.
+    else the job's opt-in `max_attempts`, else config.max_attempts. Where the
+    job's checkpoints are tracked, an attempt that saved a new checkpoint
+    earned its restart and is not counted (`progress_earns_retries`; a budget
+    of 1 still means never restart): a large
+    job that fails every few hours on a different node, and makes progress
+    in between, is restarted as long as restarts help; loops that do not help
+    are stopped by the rules that see them (no checkpoint progress, the same
+    error, repeated OOM or data I/O, unattributed NCCL failures).
  6. no_checkpoint_progress: the job is known to checkpoint (a checkpoint was
     seen, or its opt-in names a checkpoint dir) and the last
     config.no_checkpoint_attempts attempts, this one included, saved no new
@@ -213,6 +220,7 @@ class _Facts:
     hosts: tuple[str, ...]  # implicated by this verdict, distinct and sorted
     max_attempts: int
     attempts_in_window: int  # this one included
+    budget_counts_progress: bool  # attempts_in_window leaves out the attempts that saved a new checkpoint
     checkpoints_tracked: bool
     new_checkpoint: bool  # the failed attempt saved one
     attempts_without_checkpoint: int  # latest in a row, this one included
@@ -232,6 +240,7 @@ def _facts(
     systemic: SystemicView | None,
     systemic_hold: SystemicHold | None,
     max_attempts_override: int | None,
+    progress_earns_retries: bool,
 ) -> _Facts:
     opt_in = job.opt_in.opt_in
     if max_attempts_override is not None:
@@ -241,6 +250,13 @@ def _facts(
     else:
         max_attempts = config.max_attempts
     new_checkpoint = history.current_made_checkpoint
+    tracked = history.last_checkpoint_iteration is not None or (opt_in is not None and bool(opt_in.checkpoint_dir))
+    window_s = config.attempts_window_s
+    counts_progress = progress_earns_retries and tracked and max_attempts > 1  # a budget of one: never restart
+    if counts_progress:
+        spent = history.recent_unproductive_attempts(now=now, window_s=window_s) + (0 if new_checkpoint else 1)
+    else:
+        spent = history.recent_attempts(now=now, window_s=window_s) + 1
     return _Facts(
         verdict=verdict,
         job=job,
@@ -250,9 +266,9 @@ def _facts(
         systemic_hold=systemic_hold,
         hosts=tuple(sorted({h for h in verdict.implicated.hosts if h})),
         max_attempts=max_attempts,
-        attempts_in_window=history.recent_attempts(now=now, window_s=config.attempts_window_s) + 1,
-        checkpoints_tracked=history.last_checkpoint_iteration is not None
-        or (opt_in is not None and bool(opt_in.checkpoint_dir)),
+        attempts_in_window=spent,
+        budget_counts_progress=counts_progress,
+        checkpoints_tracked=tracked,
         new_checkpoint=new_checkpoint,
         attempts_without_checkpoint=history.attempts_without_checkpoint() + (0 if new_checkpoint else 1),
     )
@@ -343,11 +359,12 @@ def _systemic_hold(f: _Facts) -> _Outcome:
 def _attempt_budget(f: _Facts) -> _Outcome:
     if f.attempts_in_window < f.max_attempts:
         return None
+    counted = "attempts without a new checkpoint" if f.budget_counts_progress else "attempts"
     return _advice(
         AdviceAction.STOP,
         Rule.ATTEMPT_BUDGET,
         f"attempt {f.attempts_in_window} within {f.config.attempts_window_s:g} s failed; "
-        f"the budget is {f.max_attempts} attempts",
+        f"the budget is {f.max_attempts} {counted}",
     )
 
 
@@ -525,6 +542,7 @@ def decide(
     nodes: NodeLimits | None = None,
     max_attempts_override: int | None = None,
     slurm_requeued: bool = False,
+    progress_earns_retries: bool = True,
 ) -> Advice:
     """Advise what to do about the failure `verdict` describes, by the first rule that applies.
 
@@ -544,13 +562,16 @@ def decide(
             reaches the policy only in `job`; histories from before its
             `opt-in-from-job` patch passed the start-time opt-in's budget).
         slurm_requeued: Slurm requeued the job itself after this failure.
+        progress_earns_retries: the attempt budget counts only attempts that saved
+            no new checkpoint, where checkpoints are tracked (histories from before
+            the workflow's `progress-earns-retries` patch pass False: every attempt).
 
     Returns:
         The advice, with the rule that fired and a reason an operator can read.
     """
     facts = _facts(
         verdict, job, history, config, now=now, systemic=systemic, systemic_hold=systemic_hold,
-        max_attempts_override=max_attempts_override,
+        max_attempts_override=max_attempts_override, progress_earns_retries=progress_earns_retries,
     )
     for rule in _RULES:
         advice = rule(facts)

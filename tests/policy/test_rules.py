@@ -308,7 +308,25 @@ PRECEDENCE_CASES = [
         "budget beats no-checkpoint",
         verdict(C.HANG),
         (A.STOP, Rule.ATTEMPT_BUDGET),
-        history=history_of(*TRACKED_NO_PROGRESS, Past(C.HANG)),
+        job=job(checkpoint_dir="/ckpt"),
+        history=history_of(Past(C.NCCL_ERROR, hosts=("node9",)), Past(C.INTERCONNECT), Past(C.HANG), Past(C.HANG)),
+    ),
+    Case(
+        "attempts that saved a checkpoint earned their restart",
+        verdict(C.GPU_HARDWARE, "node7"),
+        (A.RESTART_EXCLUDE, Rule.HARDWARE_EXCLUDE),
+        exclude=("node7",),
+        history=history_of(*(Past(C.GPU_HARDWARE, hosts=(f"node{i}",), checkpoint=100 * (i + 1), hours_ago=8 - i)
+                             for i in range(6)), current_checkpoint=900),
+    ),
+    Case(
+        "unproductive attempts still spend the budget",
+        verdict(C.GPU_HARDWARE, "node7"),
+        (A.STOP, Rule.ATTEMPT_BUDGET),
+        history=history_of(Past(C.GPU_HARDWARE, hosts=("node1",), checkpoint=100), Past(C.INTERCONNECT),
+                           Past(C.HANG), Past(C.GPU_HARDWARE, hosts=("node2",), checkpoint=200), Past(C.HANG),
+                           Past(C.NCCL_ERROR, hosts=("node3",))),
+        job=job(checkpoint_dir="/ckpt"),
     ),
     Case(
         "three of five leaves room",
@@ -579,3 +597,16 @@ def test_naive_times_are_taken_as_utc() -> None:
     history = history_of(Past(C.HANG, hours_ago=0.5))
     naive_now = NOW.replace(tzinfo=None)
     assert decide(verdict(C.HANG), job(), history, config, now=naive_now).rule == Rule.ATTEMPT_BUDGET
+
+
+def test_histories_from_before_the_patch_count_every_attempt() -> None:
+    """`progress_earns_retries=False` (what the workflow passes when replaying a history from before the
+    progress-earns-retries patch) keeps the old budget: every attempt counts, checkpoint or not."""
+    history = history_of(*(Past(C.GPU_HARDWARE, hosts=(f"node{i}",), checkpoint=100 * (i + 1)) for i in range(4)),
+                         current_checkpoint=500)
+    new = decide(verdict(C.GPU_HARDWARE, "node5"), job(), history, PolicyConfig(), now=NOW)
+    old = decide(verdict(C.GPU_HARDWARE, "node5"), job(), history, PolicyConfig(), now=NOW,
+                 progress_earns_retries=False)
+    assert (new.action, new.rule) == (A.RESTART_EXCLUDE, Rule.HARDWARE_EXCLUDE)
+    assert (old.action, old.rule) == (A.STOP, Rule.ATTEMPT_BUDGET)
+    assert "without a new checkpoint" not in old.reason
