@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 from activities.detection import fallback
 from activities.detection.catalogue import Catalogue, PatternSpec
 from activities.detection.hosts import NodeMap, mentioned_ips
-from activities.detection.launchers import LauncherReport, NcclProcess, launcher_report, nccl_process, task_ids
+from activities.detection.launchers import (
+    LauncherReport,
+    NcclProcess,
+    launcher_report,
+    nccl_process,
+    prompt_host,
+    task_ids,
+)
 from activities.detection.line_context import MAX_LINE, LineContext, parse_context
 from activities.detection.progress import parse_progress_line
 from activities.detection.xid import xid_info
@@ -108,6 +115,7 @@ class SignalBuilder:
         self.launches: list[LauncherReport] = []  # what launchers said about how processes ended
         self.nccl_procs: dict[tuple[str, int], NcclProcess] = {}  # (host, pid) -> rank and GPU, from NCCL INFO
         self.per_node_launcher = False  # torchrun / DeepSpeed under each Slurm task: task ids are not ranks
+        self.prompts: list[tuple[int, str | None]] = []  # shell prompts: (line, the host commands after it run on)
 
     def cite(self, s: Signal) -> EvidenceLine:
         """A signal as the evidence line the verdict shows: file line number and stream for a log line."""
@@ -356,6 +364,11 @@ class SignalBuilder:
             if line_no in seen:
                 continue
             seen.add(line_no)
+            shell = prompt_host(line)
+            if shell is not None:
+                host = self.nodemap.resolve(shell) if self.nodemap else (shell if any(c.isdigit() for c in shell) else None)
+                self.prompts.append((line_no, host))
+                continue
             if not ("srun: error:" in line or "noticed that process rank" in line or "exits with return code" in line
                     or ("NCCL INFO" in line and " busId " in line)):
                 continue
@@ -392,6 +405,15 @@ class SignalBuilder:
                 ranks = []  # a local rank on one of several nodes: which node's is not said
             return host, ranks
         return None
+
+    def host_of_session(self, line_no: int) -> str | None:
+        """The host of the last shell prompt before `line_no` (a pasted terminal session), if any."""
+        host = None
+        for at, shell in sorted(self.prompts):
+            if at >= line_no:
+                break
+            host = shell
+        return host
 
     def apply_nccl_processes(self) -> None:
         """Ranks and GPUs of signals printed by a process NCCL described; a log written by one NCCL process
@@ -534,6 +556,13 @@ class SignalBuilder:
         for sig in self.signals:
             if sig.host:
                 continue
+            if sig.source == "log" and sig.line_no is not None and self.prompts:
+                sig.host = self.host_of_session(sig.line_no)
+                if sig.host:
+                    sig.host_from = "prefix"  # the session's prompt says where the command ran
+                    if sig.gpu and (sig.gpu.count(":") == 2 or sig.gpu.isdigit()):
+                        sig.gpu = f"{sig.host}:{sig.gpu}"
+                    continue
             if sig.task is not None and self.layout is not None:
                 sig.host = self.layout.node_of_rank(sig.task)
             if not sig.host and sig.rank is not None:

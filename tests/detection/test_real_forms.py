@@ -35,3 +35,23 @@ def test_ray_marked_dead_in_the_pre_1x_wording():
     v = verdict_of("node_failure-ray-old-client-id-marked-dead-q9n04")
     assert v.category == Category.NODE_FAILURE
     assert v.implicated.hosts == []  # the line gives a client id, no node
+
+
+def test_a_pasted_shell_session_names_the_host_by_its_prompt():
+    """'root@gpu-node07:~# dmesg -T | grep NVRM' then the Xid 79 lines: the node is the prompt's, and the GPU's
+    bus id (upper case from nvidia-smi, lower case from NVRM) is kept on it."""
+    v = verdict_of("gpu_hardware-nvsmi-unknown-dmesg-T-xid79-shell-b6a03")
+    assert v.category == Category.GPU_HARDWARE
+    assert v.implicated.hosts == ["gpu-node07"]
+    assert v.implicated.gpus == ["gpu-node07:0000:b1:00"]
+
+
+def test_prompt_host_reads_bash_prompts_and_ssh_commands():
+    from activities.detection.launchers import prompt_host
+
+    text = (TUNE / "gpu_hardware-nvsmi-unknown-dmesg-T-xid79-shell-b6a03.log").read_text().splitlines()
+    assert prompt_host(text[0]) == "gpu-node07"
+    ssh = next(line for line in (TUNE / "hang-dstate-rank0-nvsmi-idle-i3h02.log").read_text().splitlines()
+               if line.startswith("$ ssh"))
+    assert prompt_host(ssh) == "gpua11"
+    assert prompt_host("[rank0]: user@example.org wrote: ok") is None  # an address in prose is no prompt
