@@ -363,8 +363,9 @@ def _merged_hits(
     for h in watched:
         if h.source != "log" or h.line_no is None:
             continue
+        line_no = h.line_no
         if h.stream is None and only is not None:  # flagged by a watch that did not say which stream
             h = h.model_copy(update={"stream": only})
-        if h.line_no < starts.get(h.stream, h.line_no + 1):
+        if line_no < starts.get(h.stream, line_no + 1):
             earlier.append(h)
     return [*earlier, *screened]

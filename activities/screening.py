@@ -46,7 +46,7 @@ class LogScreen:
         result = self._screener.scan_bytes(_encode(lines), first_line_no=first_line_no, progress="newest")
         hits = []
         for hit in result.hits:
-            spec = self._patterns.get(hit.pattern_id)
+            spec = self._patterns.get(hit.pattern_id) if hit.pattern_id is not None else None
             if spec is None or spec.benign or spec.severity not in SIGNAL_SEVERITIES:
                 continue
             if self._catalogue.benign_line(hit.line):  # a known harmless look-alike on the same line

@@ -29,6 +29,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.errors import activity_errors
 from adapters.slurm.hostlist import expand
+from adapters.slurm.runner import CommandRunner
 from workflows.contracts import JobInfo, NodeInfo, PolicyConfig
 from workflows.systemic import PARTITION_PREFIX, ClusterContext, JobRun, ProbeResult
 from workflows.systemic_guard import (
@@ -66,7 +67,7 @@ def parse_partitions(text: str) -> dict[str, list[str]]:
 
 
 class SlurmForGuard(Protocol):
-    runner: object  # adapters.slurm.runner.CommandRunner
+    runner: CommandRunner
     timeout: float
 
     async def list_jobs(self, *, opted_in_only: bool = True) -> list[JobInfo]: ...

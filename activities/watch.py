@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 from loguru import logger
 from pydantic import BaseModel, Field
@@ -76,7 +76,7 @@ from activities.detection.progress import (
     user_progress,
 )
 from activities.detection.rank_timing import RankTiming, keep_recent, parse_rank_timings
-from activities.detection.straggler import culprit_window, detect_slowdown, straggler_culprit
+from activities.detection.straggler import NodeTelemetrySource, culprit_window, detect_slowdown, straggler_culprit
 from activities.screening import LogScreen, ScreenOutcome
 from activities.watch_state import ShardKeeper, WatchStatePort
 from activities.watch_wake import PollWaker
@@ -516,7 +516,7 @@ class WatchActivities:
             if since_ref is not None:
                 seconds_since = (now - since_ref).total_seconds()
                 bound = self._ctx.hang_bound_s(tracker.iteration_intervals_s, tracker.checkpoint_intervals_s)
-                facts = {
+                facts: dict[str, Any] = {
                     "running": True,
                     "seconds_since_progress": seconds_since,
                     "bound_s": bound,
@@ -528,7 +528,7 @@ class WatchActivities:
                 if evidence is None and seconds_since > bound:
                     evidence = hang_evidence(**facts, gpus_idle=await self._gpus_idle(watched, job, now, bound))
                 hang = evidence is not None
-                if hang and not watched.hang_reported:
+                if evidence is not None and not watched.hang_reported:
                     watched.hang_reported = True
                     reasons.append(ObservationReason.HANG)
                     logger.info(
@@ -694,7 +694,9 @@ class WatchActivities:
             return None
         watched.straggler_reported = True
         start, end = culprit_window(watched.slow_since, now)
-        telemetry = self._metrics if hasattr(self._metrics, "node_telemetry") else None
+        # a metrics source that also reads per-node telemetry (PrometheusClient does)
+        has_telemetry = hasattr(self._metrics, "node_telemetry")
+        telemetry = cast("NodeTelemetrySource | None", self._metrics if has_telemetry else None)
         timings = _newest_per_rank(watched.rank_timings)
         finding = await straggler_culprit(telemetry, job, start=start, end=end, timings=timings)
         logger.info(

@@ -79,7 +79,10 @@ class PollWaker:
 
     @classmethod
     def for_this_activity(cls, client: Client) -> PollWaker:
-        return cls(client, activity.info().workflow_id)
+        workflow_id = activity.info().workflow_id
+        if workflow_id is None:  # a standalone activity: no watch workflow to be poked through
+            raise RuntimeError("the poll waker needs an activity that a workflow started")
+        return cls(client, workflow_id)
 
     async def wait(self, state: WatchedJobs, interval_s: float) -> list[WatchPoke]:
         """Sleep until the next poll is due: `interval_s` from now, or sooner; returns the pokes that woke it."""

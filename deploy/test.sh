@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # deploy/test.sh [pytest arguments] - from a fresh clone, any working directory: build the virtual
 # environment (deploy/bootstrap.sh), bring the local stack up (deploy/up.sh) and run the whole test
-# suite with .venv/bin/pytest, then print how long each part took. Exits with pytest's status.
+# suite with .venv/bin/pytest (with no arguments: ruff and mypy first), then print how long each part took.
+# Exits with pytest's status.
 set -euo pipefail
 DEPLOY=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(dirname "$DEPLOY")
@@ -14,8 +15,9 @@ bash "$DEPLOY/up.sh"
 t2=$(now)
 cd "$REPO"
 rc=0
-if [ $# -eq 0 ]; then  # the whole run: lint first (pyflakes, syntax), in seconds
+if [ $# -eq 0 ]; then  # the whole run: lint (pyflakes, syntax) and types ([tool.mypy] in pyproject.toml) first
     "$REPO/.venv/bin/ruff" check . || { echo "[test] ruff found problems (above); fix them and rerun"; exit 1; }
+    "$REPO/.venv/bin/mypy" || { echo "[test] mypy found type errors (above); fix them and rerun"; exit 1; }
 fi
 "$REPO/.venv/bin/pytest" "$@" || rc=$?
 t3=$(now)

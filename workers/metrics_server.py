@@ -77,7 +77,7 @@ UNATTRIBUTED = "unattributed"
 class AuditReader(Protocol):
     """What the server needs of the audit store (`AuditStore` has it); called in a thread."""
 
-    def query(self, **filters: Any) -> list[AuditEntry]: ...
+    def query(self, *, limit: int | None = ...) -> list[AuditEntry]: ...
 
 
 # --------------------------------------------------------------------------- figures as metric families (pure)

@@ -238,7 +238,9 @@ def after_advice(trail: list[AuditEntry], index: int) -> _After:
     return _After()
 
 
-def _progress_words(entry: AuditEntry) -> str:
+def _progress_words(entry: AuditEntry | None) -> str:
+    if entry is None:  # `progressed` without the entry: said plainly
+        return "progressed again"
     if entry.event_type is EventType.COMPLETED:
         return f"completed (attempt {entry.attempt + 1})"
     return f"progressed again ({entry.outcome or entry.event_type.value}, attempt {entry.attempt + 1})"

@@ -178,15 +178,16 @@ def _policy_bound(name: str, annotation: Any) -> Any:
 if set(_POLICY_BOUNDS) - set(PolicyConfig.model_fields):
     raise RuntimeError(f"_POLICY_BOUNDS names knobs PolicyConfig lacks: {set(_POLICY_BOUNDS) - set(PolicyConfig.model_fields)}")
 
+_POLICY_FIELDS: dict[str, Any] = {
+    name: (Annotated[field.annotation, bound], field.default)
+    for name, field in PolicyConfig.model_fields.items()
+    if (bound := _policy_bound(name, field.annotation)) is not None and field.default_factory is None
+}
 PolicySettings = create_model(
     "PolicySettings",
     __base__=_StrictPolicy,
     __doc__="`PolicyConfig` as a settings section: unknown keys refused, every knob bounded.",
-    **{
-        name: (Annotated[field.annotation, bound], field.default)
-        for name, field in PolicyConfig.model_fields.items()
-        if (bound := _policy_bound(name, field.annotation)) is not None and field.default_factory is None
-    },
+    **_POLICY_FIELDS,
 )
 
 
@@ -208,7 +209,7 @@ class ClusterSettings(Section):
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     attribution: AttributionSettings = Field(default_factory=AttributionSettings)
     watchdog: WatchdogSettings = Field(default_factory=WatchdogSettings)
-    policy: PolicySettings = Field(default_factory=PolicySettings)  # type: ignore[valid-type]
+    policy: PolicySettings = Field(default_factory=PolicySettings)
     hang: HangSettings = Field(default_factory=HangSettings)
 
     @field_validator("name")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from loguru import logger
 from temporalio.client import Client
@@ -29,6 +30,12 @@ from workflows.contracts import JobInfo, JobKey, OptIn
 from workflows.job_recovery import JobRecoveryWorkflow
 from workflows.systemic_guard import SystemicGuardWorkflow
 from workflows.messages import JobRecoveryInput, WatchdogConfig, WatchInput
+
+if TYPE_CHECKING:  # the adapters are imported where they are built (a cluster may not use them all)
+    from adapters.attribution import AttributionClient
+    from adapters.logs.files import LogSource
+    from adapters.metrics.prometheus import PrometheusClient
+    from adapters.slurm.client import SlurmClient
 
 WORKFLOWS = [JobRecoveryWorkflow, ClusterWatchWorkflow, SystemicGuardWorkflow]
 
@@ -93,25 +100,26 @@ class ClusterParts:
     """The adapters of one cluster, built once from settings."""
 
     settings: ClusterSettings
-    slurm: object
-    logs: object
-    metrics: object | None
-    external: object | None
+    slurm: SlurmClient
+    logs: LogSource
+    metrics: PrometheusClient | None
+    external: AttributionClient | None
 
 
 def build_cluster_parts(cluster: ClusterSettings, *, deployment: str = "jobmedic") -> ClusterParts:
+    from adapters.slurm.runner import SshRunner
     from workers.factories.logs import watch_log_source
     from workers.factories.slurm import build_slurm_client
 
     slurm = build_slurm_client(cluster, deployment=deployment)
     # over SSH the job logs are read by SFTP through the Slurm adapter's own connection
-    connection = slurm.runner.connection if cluster.scheduler.access == "ssh" else None
+    connection = slurm.runner.connection if isinstance(slurm.runner, SshRunner) else None  # access "ssh"
     logs = watch_log_source(cluster.logs, connection_provider=connection)
     metrics = None
-    if cluster.metrics.prometheus_url:
+    m = cluster.metrics
+    if m.prometheus_url:
         from adapters.metrics.prometheus import PrometheusClient
 
-        m = cluster.metrics
         metrics = PrometheusClient(
             m.prometheus_url,
             host_label=m.host_label,
@@ -119,10 +127,10 @@ def build_cluster_parts(cluster: ClusterSettings, *, deployment: str = "jobmedic
             bearer_token=m.bearer_token.get_secret_value() if m.bearer_token else None,
         )
     external = None
-    if cluster.attribution.url:
+    a = cluster.attribution
+    if a.url:
         from adapters.attribution import AttributionClient
 
-        a = cluster.attribution
         external = AttributionClient(
             a.url, timeout_s=a.timeout_s, bearer_token=a.bearer_token.get_secret_value() if a.bearer_token else None
         )

@@ -497,15 +497,15 @@ class JobRecoveryWorkflow:
                 key_suffix=f"r{job.restarts}",
                 detail={"start_time": job.start_time.isoformat() if job.start_time else None, "nodes": job.nodes},
             )
-        progressed = ObservationReason.PROGRESS in obs.reasons and obs.progress is not None
-        if self._state.awaiting_progress and progressed and job.state is JobState.RUNNING:
+        progressed = obs.progress if ObservationReason.PROGRESS in obs.reasons else None
+        if self._state.awaiting_progress and progressed is not None and job.state is JobState.RUNNING:
             self._state.awaiting_progress = False
             await self._audit(
                 EventType.PROGRESS_RESTORED,
                 job=job,
-                outcome=f"training progressing again (iteration {obs.progress.iteration})",
+                outcome=f"training progressing again (iteration {progressed.iteration})",
                 key_suffix=f"r{job.restarts}",
-                detail={"iteration": obs.progress.iteration, "seen_at": _iso(obs.progress_at)},
+                detail={"iteration": progressed.iteration, "seen_at": _iso(obs.progress_at)},
             )
         ckpt = obs.progress.checkpoint_iteration if obs.progress else None
         if ckpt is not None and (self._state.last_checkpoint_iteration is None or ckpt > self._state.last_checkpoint_iteration):
@@ -931,7 +931,7 @@ class JobRecoveryWorkflow:
             raise _Watchdog(stage, "deadline reached before the step could start")
         return left
 
-    async def _give_back(self, job: JobInfo, why: str, *, deadline: datetime) -> None:
+    async def _give_back(self, job: JobInfo | None, why: str, *, deadline: datetime) -> None:
         """A pause or stop mid-incident: no further action, except undoing jobmedic's own hold."""
         self._note("halted", why)
         if self._state.holding:

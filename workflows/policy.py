@@ -591,7 +591,7 @@ def node_limits(advice: Advice, job: JobInfo, history: JobHistory, limits: NodeL
     kept: list[str] = []
     added: dict[str, list[str]] = {"dead_node": [], "lemon": []}
     dropped: list[str] = []
-    wanted = [(h, None) for h in advice.exclude_nodes]
+    wanted: list[tuple[str, str | None]] = [(h, None) for h in advice.exclude_nodes]
     wanted += [(h, "dead_node") for h in history.dead_nodes]
     wanted += [(h, "lemon") for h in limits.lemons]
     for host, why in wanted:

@@ -49,7 +49,7 @@ class AuditRecord:
 
 
 def _is_deadlock(exc: sa_exc.DBAPIError) -> bool:
-    args = getattr(exc.orig, "args", ())
+    args: tuple[Any, ...] = getattr(exc.orig, "args", ())
     return bool(args) and args[0] in _DEADLOCK_CODES
 
 

@@ -25,7 +25,7 @@ TIME_TYPE = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb"
 JSON_TYPE = sa.JSON(none_as_null=True)
 TEXT_TYPE = sa.Text()
 
-MYSQL_TABLE_OPTIONS = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
+MYSQL_TABLE_OPTIONS: dict[str, Any] = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
 
 
 def _varchar(column: str, *, nullable: bool = True) -> Any:
@@ -35,7 +35,7 @@ def _varchar(column: str, *, nullable: bool = True) -> Any:
 class AuditRow(SQLModel, table=True):
     """One row of `audit_entry`; see `workflows.contracts.AuditEntry` for the meaning of each field."""
 
-    __tablename__ = TABLE_NAME  # type: ignore[assignment]
+    __tablename__ = TABLE_NAME
     __table_args__ = (
         sa.UniqueConstraint("idempotency_key", name="uq_audit_entry_idempotency_key"),
         sa.Index("ix_audit_entry_cluster_job", "cluster", "job_id"),
@@ -74,7 +74,7 @@ class AuditRow(SQLModel, table=True):
 
 def audit_table() -> sa.Table:
     """The Core `Table` behind `AuditRow`."""
-    return AuditRow.__table__  # type: ignore[attr-defined, return-value]
+    return AuditRow.__table__  # type: ignore[attr-defined]
 
 
 WATCH_STATE_TABLE = "watch_state"
@@ -89,7 +89,7 @@ class WatchStateRow(SQLModel, table=True):
     is the job id's stable hash (`activities.watch_shards.slot_of`); a shard loads the slots it owns.
     """
 
-    __tablename__ = WATCH_STATE_TABLE  # type: ignore[assignment]
+    __tablename__ = WATCH_STATE_TABLE
     __table_args__ = (
         sa.Index("ix_watch_state_slot", "cluster", "slot"),
         sa.Index("ix_watch_state_updated", "cluster", "updated_at"),
@@ -106,4 +106,4 @@ class WatchStateRow(SQLModel, table=True):
 
 def watch_state_table() -> sa.Table:
     """The Core `Table` behind `WatchStateRow`."""
-    return WatchStateRow.__table__  # type: ignore[attr-defined, return-value]
+    return WatchStateRow.__table__  # type: ignore[attr-defined]

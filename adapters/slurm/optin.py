@@ -41,8 +41,8 @@ try:  # Python 3.11+ keeps the parser private; its structure is what re itself c
     import re._constants as _sre_constants  # type: ignore[import-not-found]
     import re._parser as _sre_parser  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - Python 3.10
-    import sre_constants as _sre_constants  # type: ignore[no-redef]
-    import sre_parse as _sre_parser  # type: ignore[no-redef]
+    import sre_constants as _sre_constants
+    import sre_parse as _sre_parser
 
 _REPEATS = {_sre_constants.MAX_REPEAT, _sre_constants.MIN_REPEAT}
 if hasattr(_sre_constants, "POSSESSIVE_REPEAT"):

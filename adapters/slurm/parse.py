@@ -174,7 +174,7 @@ def job_from_json(raw: Any, *, cluster: str = "", opt_in_max_bytes: int = 4096) 
         stdout_pattern = "slurm-%A_%a.out" if array_job else "slurm-%j.out"
     if not stderr_pattern:
         stderr_pattern = stdout_pattern  # Slurm writes both streams to one file then
-    path_fields = dict(job_id=job_id, array_job_id=array_job, array_task_id=array_task,
+    path_fields: dict[str, Any] = dict(job_id=job_id, array_job_id=array_job, array_task_id=array_task,
                        user=user, name=name, batch_host=batch_host, work_dir=work_dir)
 
     return JobInfo(

@@ -7,6 +7,7 @@ import asyncio
 import json
 import signal
 import sys
+from typing import Any
 
 from workers.settings import Settings
 from workers.temporal_client import workflow_page
@@ -101,7 +102,7 @@ async def _list_jobs(settings: Settings, *, cluster: str | None, include_closed:
     from workers.temporal_client import connect
 
     client = await connect(settings)
-    rows = []
+    rows: list[dict[str, Any]] = []
     async for wf in client.list_workflows(recovery_query(cluster=cluster or None, running=not include_closed)):
         sa = wf.search_attributes
         rows.append(
@@ -119,7 +120,7 @@ async def _list_jobs(settings: Settings, *, cluster: str | None, include_closed:
                 "page": workflow_page(settings, wf.id),  # the job's page in the Temporal UI
             }
         )
-    watch = {}
+    watch: dict[str, dict[str, Any]] = {}
     for name in sorted({str(r["cluster"]) for r in rows if r["cluster"]}):
         watch.update(await watched_jobs(client, name))  # a watch from before the watch_state table
         watch.update(await _stored_watch(settings, name))

@@ -203,7 +203,7 @@ def chart_svg(tallies: list[Tally], *, title: str, width: int = 640, bar: int = 
     height = top + len(tallies) * (bar + gap) + 24
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
            f'aria-label="{e(title)}">', f"<title>{e(title)}</title>"]
-    x = label_w
+    x: float = label_w
     for r in RESULTS:  # legend
         out.append(f'<rect x="{x}" y="6" width="12" height="12" fill="{_COLOURS[r]}"/>'
                    f'<text x="{x + 16}" y="16" font-size="12">{r}</text>')

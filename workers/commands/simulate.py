@@ -75,7 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.error = _one_line_error  # type: ignore[method-assign]
+    parser.error = _one_line_error
     parser.add_argument("--sizes", type=_sizes, default=list(DEFAULT_SIZES), metavar="N,N,...",
                         help="job sizes in GPUs, comma-separated")
     parser.add_argument("--runs", type=_count(1), metavar="N",
