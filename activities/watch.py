@@ -259,6 +259,7 @@ class WatchActivities:
         self._ctx = context
         self._slurm = slurm
         self._logs = logs
+        self._gaps_reported: set[datetime] = set()  # log-store outages already audited (by their start)
         self._screen = screen
         self._client = client
         self._audit = audit
@@ -362,6 +363,7 @@ class WatchActivities:
                     job=JobInfo(job_id=watched.job_id, cluster=self._ctx.cluster, state=JobState.UNKNOWN),
                 )
                 await self._signal_existing(watched, gone)
+        await self._report_log_gaps(now)
         if keeper is not None:
             if state.polls % TOUCH_EVERY_POLLS == 0:
                 await keeper.touch_all(state)
@@ -378,6 +380,31 @@ class WatchActivities:
         except JobmedicError as exc:
             # the next save writes every row that changed since the last good one; detection goes on meanwhile
             logger.warning("could not save the watch state of {} (shard {}): {}", keeper.cluster, keeper.shard, exc)
+
+    async def _report_log_gaps(self, now: datetime) -> None:
+        """Each window in which the log store could not be read, audited once it is over (cluster-wide, job `*`).
+
+        The watch went on for the other jobs meanwhile; each job's lines of that window are read late, from its
+        cursor, so nothing is lost unless the store dropped them. A source without outages (files) has none.
+        """
+        for gap in list(getattr(self._logs, "outages", None) or []):
+            if gap.until is None or gap.since in self._gaps_reported:
+                continue
+            seconds = (gap.until - gap.since).total_seconds()
+            entry = AuditEntry(
+                idempotency_key=f"log_source_gap:{self._ctx.cluster}:{gap.since.isoformat()}",
+                timestamp=now, cluster=self._ctx.cluster, job_id="*", event_type=EventType.LOG_SOURCE_GAP,
+                outcome=f"log store unreadable from {gap.since.isoformat()} to {gap.until.isoformat()} ({seconds:.0f} s): "
+                        f"{gap.error}; each job's lines of that time were read late from its cursor",
+                detail={"since": gap.since.isoformat(), "until": gap.until.isoformat(), "seconds": round(seconds, 1)},
+                mode="observe",
+            )
+            try:
+                await asyncio.to_thread(self._audit.record, entry)
+            except JobmedicError as exc:
+                logger.warning("could not audit a log store gap (again next pass): {}", exc)
+                return
+            self._gaps_reported.add(gap.since)
 
     async def _report_malformed(
         self, state: WatchState, skipped: list[SkippedRecord], now: datetime, *, shard: int

@@ -520,6 +520,7 @@ class EventType(StrEnum):
     STOPPED = "stopped"
     INVALID_OPT_IN = "invalid_opt_in"
     MALFORMED_RECORD = "malformed_record"  # the cluster watch skipped a scheduler record it could not read
+    LOG_SOURCE_GAP = "log_source_gap"  # the log store could not be read for a while; lines of that time read late
     SYSTEMIC_EVENT = "systemic_event"  # the systemic guard: an event opened (the alert), released, or a cap bit
     LEMON_NODE = "lemon_node"  # the systemic guard: a node became, or stopped being, a lemon
 
