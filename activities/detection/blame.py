@@ -36,9 +36,9 @@ def implicate(
             if s.host:
                 hosts.add(s.host)
     for s in sigs:
-        if s.rank is not None and cat != Category.NCCL_TIMEOUT and s.role != "scheduler":
+        if s.rank is not None and cat not in (Category.NCCL_TIMEOUT, Category.HANG) and s.role != "scheduler":
             ranks.add(s.rank)
-        elif s.rank is None and "task_ids" in s.fields and cat != Category.NCCL_TIMEOUT:
+        elif s.rank is None and "task_ids" in s.fields and cat not in (Category.NCCL_TIMEOUT, Category.HANG):
             # "srun: error: node3: tasks 5-7: Out Of Memory": Slurm's task ids are the ranks
             ranks.update(int(t) for t in s.fields["task_ids"].split(","))
         if s.gpu and cat in (Category.GPU_HARDWARE, Category.CUDA_ERROR, Category.GPU_OOM, Category.INTERCONNECT):

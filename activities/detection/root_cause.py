@@ -242,6 +242,12 @@ def _hang_choice(b: SignalBuilder, hang: list[Signal]) -> Choice:
         named = ", ".join(str(r) for r in sorted(ranks)) or "?"
         why = (f"{len(b.dumps) - len(culprits)} process(es) wait in a collective; rank(s) {named}"
                f"{' on ' + ', '.join(sorted(hosts)) if hosts else ''} are elsewhere: they are the ones stuck")
+    stalled = set() if culprits else b.stalled_ranks()
+    if stalled:
+        ranks |= stalled
+        hosts |= {h for h in (b.host_of_rank(r) for r in stalled) if h}
+        why = (f"Horovod's stall inspector: the other ranks wait for rank(s) {', '.join(map(str, sorted(stalled)))}"
+               f"{' on ' + ', '.join(sorted(hosts)) if hosts else ''}, which never submitted the pending tensors")
     return Choice(Category.HANG, hang, 0.75, why=why, hosts=sorted(hosts), ranks=sorted(ranks))
 
 

@@ -154,7 +154,7 @@ def may_match_newline(regex: str, *, caseless: bool = False) -> bool:
     Conservative: anything it does not understand counts as "can".
     """
     try:
-        parsed = re._parser.parse(regex, re.IGNORECASE if caseless else 0)  # type: ignore[attr-defined]
+        parsed = re._parser.parse(regex, re.IGNORECASE if caseless else 0)  # type: ignore[attr-defined, unused-ignore]
     except (re.error, AttributeError):
         return True
     if parsed.state.flags & re.DOTALL:
@@ -163,7 +163,7 @@ def may_match_newline(regex: str, *, caseless: bool = False) -> bool:
 
 
 def _subpattern_newline(items) -> bool:
-    c = re._constants  # type: ignore[attr-defined]
+    c = re._constants  # type: ignore[attr-defined, unused-ignore]
     nl = 10
     for op, av in items:
         if op is c.LITERAL:
@@ -196,7 +196,7 @@ def _subpattern_newline(items) -> bool:
 
 
 def _class_newline(items) -> bool:
-    c = re._constants  # type: ignore[attr-defined]
+    c = re._constants  # type: ignore[attr-defined, unused-ignore]
     negate = bool(items) and items[0][0] is c.NEGATE
     has = False
     for op, av in items:

@@ -332,6 +332,34 @@ class SignalBuilder:
             return []
         return elsewhere
 
+    def stalled_ranks(self) -> set[int]:
+        """Ranks Horovod's stall inspector says the others wait for: its 'Missing ranks:' / 'Stalled ranks:'
+        entries, '[missing ranks: N]', and the ranks absent from a '[ready ranks: ...]' list (the job's
+        world size from its task layout). Empty when the report does not single out a few."""
+        reports = [s for s in self.signals if s.pattern_id == "horovod_stalled_ranks"]
+        if not reports:
+            return set()
+        missing: set[int] = set()
+        ready_lists: list[set[int]] = []
+        for s in reports:
+            for m in _HVD_LIST.finditer(s.line):
+                ranks = {int(r) for r in re.findall(r"[0-9]{1,6}", m.group(2))}
+                if m.group(1) == "missing":
+                    missing |= ranks
+                elif ranks:
+                    ready_lists.append(ranks)
+        missing |= {int(s.fields["rank"]) for s in self.signals
+                    if s.pattern_id == "horovod_stalled_rank_entry" and s.fields.get("rank")}
+        layout = self.layout
+        world = sum(layout.tasks_per_node) if layout is not None and len(layout.tasks_per_node) == len(layout.nodes) else 0
+        if not missing and ready_lists and world:
+            for ready in ready_lists:
+                if max(ready) < world:
+                    missing |= set(range(world)) - ready
+        if not missing or (world and len(missing) > max(1, world // 4)):
+            return set()
+        return missing
+
     def _elastic_field(self, fields: dict[str, str], line_no: int) -> None:
         if not self.elastic or ("host" in fields and "host" in self.elastic[-1]) or (
             "rank" in fields and "rank" in self.elastic[-1]
@@ -592,6 +620,7 @@ class SignalBuilder:
         return layout.nodes[index] if index < len(layout.nodes) else None
 
 
+_HVD_LIST = re.compile(r"\[(missing|ready) ranks: ?([0-9][0-9, ]{0,4000})\]")
 _PREVIOUS_XID = re.compile(r"caused by previous Xid ([0-9]{1,4})")
 _PCI = re.compile(r"(?<![0-9A-Fa-f:])((?:[0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9])?(?![0-9A-Fa-f:])")
 
