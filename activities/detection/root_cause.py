@@ -228,7 +228,7 @@ def _hang_choice(b: SignalBuilder, hang: list[Signal]) -> Choice:
     culprits = b.dump_culprits()
     ranks: set[int] = set()
     hosts: set[str] = set()
-    for host, task, rank in culprits:
+    for host, task, rank, _pid in culprits:
         r = rank if rank is not None else task
         if r is not None:
             ranks.add(r)

@@ -109,6 +109,7 @@ class SignalBuilder:
         # stack dumps, per process that printed one: does any of its threads wait in a collective?
         self.dumps: dict[tuple, bool] = {}
         self._dumping: tuple | None = None  # the process whose dump the following unprefixed frames belong to
+        self._dump_host: str | None = None  # the host a dump header named ("# on HOST") for the dumps after it
         # position of a line in the log as the verdict orders it -> the line's file line number and stream
         # (empty when the positions are the file's line numbers already)
         self.where: dict[int, EvidenceLine] = {}
@@ -300,18 +301,62 @@ class SignalBuilder:
         return sig
 
     def _track_dump(self, ctx: LineContext, specs: list[PatternSpec], line: str) -> None:
-        own = (ctx.host, ctx.task, ctx.rank) if (ctx.task is not None or ctx.rank is not None) else None
+        own = (ctx.host, ctx.task, ctx.rank, None) if (ctx.task is not None or ctx.rank is not None) else None
         header = next((s for s in specs if s.id in ("stack_dump_header", "faulthandler_timeout_dump")), None)
         if header is not None:
             rank = header.extract_fields(line).get("rank")
             if own is None and rank is not None:
-                own = (ctx.host, None, int(rank))
+                own = (ctx.host, None, int(rank), None)
+            if own is None:
+                own = self._dump_owner(ctx.text)
             if own is not None:
                 self._dumping = own
                 self.dumps.setdefault(own, False)
         source = own or self._dumping
         if source is not None and any(s.id == "stack_frame_in_collective" for s in specs):
             self.dumps[source] = True
+
+    def _dump_owner(self, text: str) -> tuple | None:
+        """Whose dump a header starts, from what it says: py-spy's 'Process PID:', ray stack's 'Stack dump for
+        USER PID', or a header the user wrote ('== task 2 pid 18770 on olmo-g2 ==', '$ py-spy dump --pid N  #
+        gpu-h01 local_rank 0', '$ ray stack  # on 10.9.1.4'). A header naming only a host starts nothing but
+        gives its host to the headers after it; one that says nothing new continues the current dump."""
+        named = self._named_hosts(text)
+        host = named[0] if named else None
+        pid_m = _DUMP_PID.search(text)
+        pid = int(next(g for g in pid_m.groups() if g)) if pid_m else None
+        local_m = _DUMP_LOCAL_RANK.search(text)
+        rest = _DUMP_LOCAL_RANK.sub(" ", text)
+        rank_m, task_m = _DUMP_RANK.search(rest), _DUMP_TASK.search(rest)
+        rank = int(rank_m.group(1)) if rank_m else None
+        task = int(task_m.group(1)) if task_m else None
+        if host is not None and pid is None and rank is None and task is None and local_m is None:
+            self._dump_host = host
+            return None
+        host = host or self._dump_host
+        if local_m is not None and rank is None:
+            rank = self._global_rank(host, int(local_m.group(1)))
+        current = self._dumping
+        if current is not None and rank is None and task is None and (pid is None or pid == current[3]):
+            return current  # py-spy's own 'Process PID:' under the user's header for the same process
+        if rank is None and task is None and pid is None:
+            return None
+        return (host, task, rank, pid)
+
+    def _global_rank(self, host: str | None, local_rank: int) -> int | None:
+        """A local rank's global rank: ranks are blocks per node in layout order (torchrun, DeepSpeed,
+        accelerate); on a one-node job they are the same."""
+        layout = self.layout
+        if layout is None or not layout.nodes:
+            return local_rank if len(self.job_hosts) == 1 else None
+        if host is None:
+            return local_rank if len(layout.nodes) == 1 else None
+        if host not in layout.nodes or len(layout.tasks_per_node) != len(layout.nodes):
+            return None
+        index = layout.nodes.index(host)
+        if local_rank >= layout.tasks_per_node[index]:
+            return None
+        return sum(layout.tasks_per_node[:index]) + local_rank
 
     def progressed_after(self, line_no: int, *, lines: int = 2) -> bool:
         """Training went on after `line_no`: `lines` progress lines later in the output, the number growing."""
@@ -620,6 +665,10 @@ class SignalBuilder:
         return layout.nodes[index] if index < len(layout.nodes) else None
 
 
+_DUMP_PID = re.compile(r"(?:\bpid[ =:]{0,2}|--pid[ =]{1,2}|^Process |Stack dump for [^ ]{1,32} +)([0-9]{1,9})")
+_DUMP_LOCAL_RANK = re.compile(r"(?i)\blocal[_ -]?rank[ =:#]{0,2}([0-9]{1,6})")
+_DUMP_RANK = re.compile(r"(?i)\b(?:global[_ ])?rank[ =:#]{0,2}([0-9]{1,6})")
+_DUMP_TASK = re.compile(r"(?i)\btask[ =:#]{0,2}([0-9]{1,6})")
 _HVD_LIST = re.compile(r"\[(missing|ready) ranks: ?([0-9][0-9, ]{0,4000})\]")
 _PREVIOUS_XID = re.compile(r"caused by previous Xid ([0-9]{1,4})")
 _PCI = re.compile(r"(?<![0-9A-Fa-f:])((?:[0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9])?(?![0-9A-Fa-f:])")

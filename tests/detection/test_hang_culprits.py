@@ -65,3 +65,57 @@ def test_horovod_ready_ranks_that_leave_many_out_single_no_one():
 def test_a_numbered_list_without_a_stall_report_is_no_horovod_entry():
     v = attribute(running(["3: [allreduce] 0.41 ms", "step 10 loss 0.3"], ["n1"], 8), catalogue=CATALOGUE)
     assert v.category == Category.NONE
+
+
+# ----------------------------------------------------------------------------- stack dumps under headers people write
+
+
+def test_pyspy_dumps_under_task_banners_name_the_one_not_in_the_collective():
+    """'== task 2 pid 18770 on olmo-g2 ==' then py-spy's own 'Process PID:' and decimal 'Thread PID (idle)':
+    three dumps wait in all_reduce, task 2's is in its DataLoader - it is the stuck one."""
+    v = verdict_of("hang-pyspy-all-ranks-one-in-dataloader-q9h06")
+    assert v.category == Category.HANG
+    assert v.implicated.ranks == [2] and v.implicated.hosts == ["olmo-g2"]
+
+
+def test_a_local_rank_header_on_one_node_is_the_global_rank():
+    """'== local_rank 5 (pid 207714) ==': on a one-node job the local rank is the global rank."""
+    v = verdict_of("hang-pyspy-zero3-allgather-rank5-data-i3h04")
+    assert v.category == Category.HANG
+    assert v.implicated.ranks == [5] and v.implicated.hosts == ["p5-node-2"]
+
+
+def test_ray_stack_dumps_take_their_host_from_the_header_address():
+    """'$ ray stack   # on 10.9.1.4' then 'Stack dump for USER PID ...' with tab-indented frames: the worker
+    whose stack is not in all_reduce is on the address the header names (mapped to its node)."""
+    v = verdict_of("hang-ray-stack-worker-waiting-data-i3h18")
+    assert v.category == Category.HANG
+    assert v.implicated.hosts == ["ray-w-4"]
+
+
+def test_local_rank_headers_on_several_nodes_use_the_layout_blocks():
+    lines = [
+        "$ py-spy dump --pid 100   # n1 local_rank 1",
+        "Thread 100 (idle): \"MainThread\"",
+        "    all_reduce (torch/distributed/distributed_c10d.py:2288)",
+        "$ py-spy dump --pid 200   # n2 local_rank 3",
+        "Thread 200 (idle): \"MainThread\"",
+        "    all_reduce (torch/distributed/distributed_c10d.py:2288)",
+        "$ py-spy dump --pid 300   # n2 local_rank 2",
+        "Process 300: python train.py",
+        "Thread 300 (active): \"MainThread\"",
+        "    _read (myproj/data.py:41)",
+    ]
+    v = attribute(running(lines, ["n1", "n2"], 4), catalogue=CATALOGUE)
+    assert v.category == Category.HANG
+    assert v.implicated.ranks == [6] and v.implicated.hosts == ["n2"]  # n2's block starts at 4
+
+
+def test_dumps_all_in_the_collective_single_no_one():
+    lines = [
+        "== rank 0 pid 10 ==", "    all_reduce (torch/distributed/distributed_c10d.py:2288)",
+        "== rank 1 pid 11 ==", "    all_reduce (torch/distributed/distributed_c10d.py:2288)",
+    ]
+    v = attribute(running(lines, ["n1"], 2), catalogue=CATALOGUE)
+    assert v.category == Category.HANG
+    assert v.implicated.ranks == []
