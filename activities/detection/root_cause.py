@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from activities.detection.signals import EXCEPTION_PATTERNS, Signal, SignalBuilder
+from activities.detection.stall import bar_stall, gpu_snapshot, gpu_stall
 from workflows.contracts import Category, FaultDomain, JobEvidence, JobInfo, JobState
 
 _SOFTWARE = (Category.CUDA_ERROR, Category.DATA_IO, Category.INTERCONNECT, Category.APP_ERROR, Category.NCCL_ERROR)
@@ -164,7 +165,11 @@ def choose_root_cause(b: SignalBuilder, evidence: JobEvidence) -> Choice:
         b.signals.append(killed)
         return Choice(killed.category, [killed], 0.5, why="only the way the process died is known")
 
-    # 10. a hang without words
+    # 10. a hang without words: the tracker's, or the running job's own output standing still
+    if job is not None and job.state == JobState.RUNNING and not evidence.hang_suspected:
+        standing = _standing_still(b)
+        if standing is not None:
+            return standing
     if evidence.hang_suspected:
         return Choice(Category.HANG, [hang_fact(evidence)], 0.6, hosts=sorted(set(evidence.straggler_hosts)))
     # 11. a failed job is never "nothing": say that the cause is unknown, with what the end of the output shows
@@ -249,6 +254,48 @@ def _hang_choice(b: SignalBuilder, hang: list[Signal]) -> Choice:
         why = (f"Horovod's stall inspector: the other ranks wait for rank(s) {', '.join(map(str, sorted(stalled)))}"
                f"{' on ' + ', '.join(sorted(hosts)) if hosts else ''}, which never submitted the pending tensors")
     return Choice(Category.HANG, hang, 0.75, why=why, hosts=sorted(hosts), ranks=sorted(ranks))
+
+
+def _standing_still(b: SignalBuilder) -> Choice | None:
+    """A running job whose output shows it stopped: an nvidia-smi snapshot with every GPU idle and its memory
+    held (or one GPU idle while the rest spin, waiting for it), a progress bar redrawn at the same step."""
+    texts = [(n, b._strip(line)) for n, line in b.lines]
+    snap = gpu_stall(gpu_snapshot(texts))
+    text_of = dict(b.lines)
+    if snap is not None:
+        line = text_of.get(snap.line_no, "")
+        host = b.host_of_session(snap.line_no + 1) if b.prompts else None
+        if host is None and len(b.job_hosts) == 1:
+            host = next(iter(b.job_hosts))
+        if snap.all_idle:
+            sig = Signal(Category.HANG, FaultDomain.UNKNOWN, "error", "cause", False, "log", line, line_no=snap.line_no,
+                         pattern_id="gpu_snapshot_idle", host=host, text=f"all {snap.gpus} GPUs idle with memory held")
+            b.signals.append(sig)
+            return Choice(Category.HANG, [sig], 0.6,
+                          why=f"nvidia-smi shows all {snap.gpus} GPUs at 0% with their memory held: the ranks are blocked")
+        ranks: list[int] = []
+        if host is not None and b.layout is not None and host in b.layout.nodes:
+            i = b.layout.nodes.index(host)
+            if len(b.layout.tasks_per_node) == len(b.layout.nodes) and b.layout.tasks_per_node[i] == snap.gpus:
+                ranks = [r for r in (b._global_rank(host, g) for g in snap.idle) if r is not None]  # one rank per GPU
+        sig = Signal(Category.HANG, FaultDomain.UNKNOWN, "error", "cause", False, "log", line, line_no=snap.line_no,
+                     pattern_id="gpu_snapshot_one_idle", host=host,
+                     text=f"GPU {', '.join(map(str, snap.idle))} idle while the others spin")
+        b.signals.append(sig)
+        where = f" on {host}" if host else ""
+        return Choice(Category.HANG, [sig], 0.65, hosts=[host] if host else [], ranks=ranks,
+                      why=f"nvidia-smi{where}: GPU {', '.join(map(str, snap.idle))} idle while the other "
+                          f"{snap.gpus - len(snap.idle)} spin at full load, waiting for it")
+    bar = bar_stall(texts)
+    if bar is not None:
+        line = text_of.get(bar.line_no, "")
+        sig = Signal(Category.HANG, FaultDomain.UNKNOWN, "error", "cause", False, "log", line, line_no=bar.line_no,
+                     pattern_id="progress_bar_stalled", text=f"progress bar stopped at step {bar.step}")
+        b.signals.append(sig)
+        return Choice(Category.HANG, [sig], 0.55,
+                      why=f"the progress bar stood at step {bar.step} for {bar.seconds:.0f} s, "
+                          f"{bar.seconds / bar.step_seconds:.0f} times its step time")
+    return None
 
 
 def _superseded(s: Signal, others: list[Signal]) -> bool:

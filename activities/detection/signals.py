@@ -116,6 +116,7 @@ class SignalBuilder:
         self.launches: list[LauncherReport] = []  # what launchers said about how processes ended
         self.nccl_procs: dict[tuple[str, int], NcclProcess] = {}  # (host, pid) -> rank and GPU, from NCCL INFO
         self.per_node_launcher = False  # torchrun / DeepSpeed under each Slurm task: task ids are not ranks
+        self.lines: list[tuple[int, str]] = []  # every line the verdict has (flagged ones and the tail), in order
         self.prompts: list[tuple[int, str | None]] = []  # shell prompts: (line, the host commands after it run on)
 
     def cite(self, s: Signal) -> EvidenceLine:

@@ -132,7 +132,8 @@ def _attribute(
     b.tail = [(n, line[:MAX_LINE]) for n, line in (numbered_lines[-fallback.TAIL_LINES:] if tail is None else tail)]
     b.add_log(numbered_lines, hits)
     b.add_elastic()
-    b.add_process_lines([*numbered_lines, *b.tail])
+    b.lines = sorted(dict([*numbered_lines, *b.tail]).items())
+    b.add_process_lines(b.lines)
     if evidence.job is not None:
         b.add_job(evidence.job)
     job = evidence.job

@@ -119,3 +119,54 @@ def test_dumps_all_in_the_collective_single_no_one():
     v = attribute(running(lines, ["n1"], 2), catalogue=CATALOGUE)
     assert v.category == Category.HANG
     assert v.implicated.ranks == []
+
+
+# ----------------------------------------------------------------------------- a running job's output standing still
+
+
+def test_nvidia_smi_all_gpus_idle_with_memory_held_is_a_hang():
+    """'nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv': all 8 at 0 % holding ~70 GiB on
+    a RUNNING job whose bar stopped - blocked ranks, no one singled out."""
+    v = verdict_of("hang-colossalai-opensora-progress-frozen-zero-util-b6f04")
+    assert v.category == Category.HANG
+    assert v.implicated.hosts == [] and v.implicated.ranks == []
+
+
+def test_one_gpu_idle_while_the_rest_spin_is_the_one_they_wait_for():
+    """'$ ssh gpua11 nvidia-smi --query-gpu=power.draw,utilization.gpu,...': GPU 0 at 0 %, seven at 100 %; with
+    8 tasks per node (one per GPU) GPU 0 on the first node is rank 0."""
+    v = verdict_of("hang-dstate-rank0-nvsmi-idle-i3h02")
+    assert v.category == Category.HANG
+    assert v.implicated.hosts == ["gpua11"] and v.implicated.ranks == [0]
+
+
+def test_a_progress_bar_redrawn_at_the_same_step_is_a_hang():
+    """tqdm 'Train: 0%| 1/1250 [01:48<37:32:51, 108.22s/it]' then '1/1250 [21:06<...]': 19 min at one step."""
+    v = verdict_of("hang-ms-swift-grpo-multinode-after-step1-b6f05")
+    assert v.category == Category.HANG
+
+
+def test_snapshot_and_bar_rules_leave_healthy_output_alone():
+    from activities.detection.stall import bar_stall, gpu_snapshot, gpu_stall
+
+    csv = ["index, utilization.gpu [%], memory.used [MiB]", "0, 0 %, 0 MiB", "1, 0 %, 0 MiB"]
+    assert gpu_stall(gpu_snapshot(list(enumerate(csv)))) is None  # idle before the job loaded anything
+    busy = ["index, utilization.gpu [%], memory.used [MiB]", "0, 97 %, 70000 MiB", "1, 40 %, 70000 MiB"]
+    assert gpu_stall(gpu_snapshot(list(enumerate(busy)))) is None
+    table = [
+        "|   0  NVIDIA H100 80GB HBM3          On  |   00000000:18:00.0 Off |                    0 |",
+        "| N/A   31C    P0            120W /  700W |   71000MiB /  81559MiB |      0%      Default |",
+        "|   1  NVIDIA H100 80GB HBM3          On  |   00000000:2A:00.0 Off |                    0 |",
+        "| N/A   35C    P0            690W /  700W |   71000MiB /  81559MiB |    100%      Default |",
+        "|   2  NVIDIA H100 80GB HBM3          On  |   00000000:3A:00.0 Off |                    0 |",
+        "| N/A   35C    P0            690W /  700W |   71000MiB /  81559MiB |    100%      Default |",
+        "|   3  NVIDIA H100 80GB HBM3          On  |   00000000:5D:00.0 Off |                    0 |",
+        "| N/A   35C    P0            690W /  700W |   71000MiB /  81559MiB |    100%      Default |",
+    ]
+    stall = gpu_stall(gpu_snapshot(list(enumerate(table))))
+    assert stall is not None and stall.idle == (0,)
+    moving = ["Train:  10%| 100/1000 [10:00<1:30:00, 6.00s/it]", "Eval: 100%| 50/50 [14:00<00:00]",
+              "Train:  10%| 100/1000 [25:00<1:30:00, 6.00s/it]", "Train:  10%| 101/1000 [25:06<1:30:00, 6.00s/it]"]
+    assert bar_stall(list(enumerate(moving))) is None
+    stuck = ["Train:  10%| 100/1000 [10:00<1:30:00, 6.00s/it]", "Train:  10%| 100/1000 [25:00<1:30:00, 6.00s/it]"]
+    assert bar_stall(list(enumerate(stuck))) is not None
