@@ -59,6 +59,7 @@ from temporalio.service import RPCError
 from adapters.audit.rows import shard_of
 from adapters.errors import JobmedicError, LogSourceError
 from adapters.logs.files import source_streams
+from workflows.console import recovery_details, recovery_summary
 from adapters.slurm.parse import SkippedRecord, SqueueListing
 from activities.detection.hang import (
     COMM_HANG_CATEGORIES,
@@ -763,6 +764,8 @@ class WatchActivities:
                 search_attributes=initial_search_attributes(inp),
                 start_signal=SignalNames.OBSERVE,
                 start_signal_args=[obs],
+                static_summary=recovery_summary(job),  # the line the Temporal UI shows for the job
+                static_details=recovery_details(job, inp.cluster_mode.value),
             )
         except WorkflowAlreadyStartedError:
             # the job's workflow finished (job done, stopped by policy or by an operator): leave it be

@@ -121,10 +121,13 @@ STRAGGLER_CULPRIT = "straggler-culprit"
 FATAL_RUNNING = "fatal-running"  # a fatal line in a running job that stopped progressing is an incident
 ARRAY_GUARD = "array-guard"
 SYSTEMIC_GUARD = "systemic-guard"
+BATCH_MILESTONES = "batch-milestones"  # routine checkpoints wait for the next batch: the incident is what the timeline shows
 PROGRESS_EARNS_RETRIES = "progress-earns-retries"  # the attempt budget counts attempts that saved no checkpoint
 OPT_IN_FROM_JOB = "opt-in-from-job"  # the policies read the opt-in from the job as the scheduler shows it, only
 GUARD_ANSWER_MARGIN_S = 10.0  # beyond the guard's settle time, for its reads and the signals
 AUDIT_BATCH = 50
+MILESTONE_BATCH = 20  # routine milestones sent together, at most
+MILESTONE_FLUSH = timedelta(minutes=5)  # a routine milestone waits for its batch this long, at most
 TIMELINE_LIMIT = 200
 MAX_SA_TEXT = 256  # search attribute values: the server refuses more than 2 KB
 MAX_SA_NODES = 50
@@ -183,6 +186,7 @@ class JobRecoveryWorkflow:
         self._history = JobHistory.model_validate(self._state.history or {})
         self._keep_hold_while_paused = False
         self._audit_drainer: asyncio.Task | None = None
+        self._checkpointed_attempts: set[int] = set()  # attempts (restart counts) whose first checkpoint was audited
         self._guard_answers: dict[int, GuardAnswer] = {}
         self._guard_event: str | None = None  # the event of the guard's answer to the incident being decided
         self._events_ended: dict[str, str] = {}  # systemic events the guard ended -> why (a release may beat the hold)
@@ -265,7 +269,10 @@ class JobRecoveryWorkflow:
             last_advice=self._state.last_advice,
             job_state=job.state.value if job else "",
             restarts=job.restarts if job else 0,
-            audit_backlog=len(self._state.audit_backlog),
+            # entries the store has not taken yet: behind (being sent: the store is slow, down or refusing),
+            # or batched (routine milestones waiting, by design, for the next batch)
+            audit_backlog=len(self._state.audit_backlog) if self._draining() else 0,
+            audit_batched=0 if self._draining() else len(self._state.audit_backlog),
             systemic_event=self._state.systemic_event,
         )
 
@@ -511,12 +518,16 @@ class JobRecoveryWorkflow:
         if ckpt is not None and (self._state.last_checkpoint_iteration is None or ckpt > self._state.last_checkpoint_iteration):
             self._state.last_checkpoint_iteration = ckpt
             self._history = self._history.note_checkpoint(ckpt)
+            # the first checkpoint of an attempt is news (training saves again); the later ones are routine
+            first_of_attempt = job.restarts not in self._checkpointed_attempts
+            self._checkpointed_attempts.add(job.restarts)
             await self._audit(
                 EventType.CHECKPOINT_SAVED,
                 job=job,
                 outcome=f"checkpoint at iteration {ckpt}",
                 key_suffix=f"ckpt{ckpt}",
                 detail={"iteration": ckpt},
+                routine=not first_of_attempt,
             )
 
     def _incident_kind(self, obs: JobObservation, previous: JobInfo | None) -> IncidentKind | None:
@@ -674,8 +685,10 @@ class JobRecoveryWorkflow:
             node_failure_counts=obs.node_failure_counts,
             log_cursors=obs.log_cursors,
         )
+        what = f"collect evidence: job {self._inp.key.job_id} {obs.job.state.value.lower()}"
         return await self._scheduler_activity(
-            ActivityNames.COLLECT_EVIDENCE, inp, CollectEvidenceOutput, deadline=deadline, stage="detect"
+            ActivityNames.COLLECT_EVIDENCE, inp, CollectEvidenceOutput, deadline=deadline, stage="detect",
+            summary=what + (", held first" if hold_first else ""),
         )
 
     async def _attribute(self, evidence, *, deadline: datetime) -> AttributeOutput:
@@ -688,6 +701,7 @@ class JobRecoveryWorkflow:
                 schedule_to_close_timeout=remaining,
                 start_to_close_timeout=min(remaining, timedelta(seconds=self._inp.watchdog.activity_timeout_s)),
                 retry_policy=SCHEDULER_RETRY,
+                summary=f"attribute: the cause and the nodes to blame for job {self._inp.key.job_id}",
             )
         except ActivityError as exc:
             raise _Watchdog("attribute", _cause(exc)) from exc
@@ -765,6 +779,7 @@ class JobRecoveryWorkflow:
                 start_to_close_timeout=timedelta(seconds=10),
                 schedule_to_close_timeout=wait,
                 retry_policy=SCHEDULER_RETRY,
+                summary=f"ask the systemic guard about job {self._inp.key.job_id}'s failure",
             )
             await workflow.wait_condition(lambda: n in self._guard_answers, timeout=max(timedelta(seconds=1), wait))
         except (ActivityError, asyncio.TimeoutError) as exc:
@@ -884,7 +899,9 @@ class JobRecoveryWorkflow:
             key_suffix=label,
             implicated=inp.nodes,
         )
-        result = await self._scheduler_activity(name, inp, ActionResult, deadline=deadline, stage=label)
+        result = await self._scheduler_activity(
+            name, inp, ActionResult, deadline=deadline, stage=label, summary=self._action_summary(label, inp)
+        )
         if label is ActionKind.REQUEUE_HOLD:
             self._state.holding = True
         elif label in {ActionKind.RELEASE, ActionKind.CANCEL}:
@@ -907,7 +924,20 @@ class JobRecoveryWorkflow:
         self._note(label, result.detail or ("done" if result.changed else "already in effect"))
         return result
 
-    async def _scheduler_activity(self, name: str, arg, result_type, *, deadline: datetime, stage: str):
+    def _action_summary(self, label: ActionKind, inp: JobActionInput) -> str:
+        """`hold job 12 - gpu_hardware on node2`, `exclude node2 from job 12`, `release job 12`."""
+        job = self._inp.key.job_id
+        if label is ActionKind.REQUEUE_HOLD:
+            cause = self._state.last_category or "failure"
+            nodes = sorted(self._state.implicated_nodes)
+            return f"hold job {job} - {cause}" + (f" on {','.join(nodes[:8])}" if nodes else "")
+        if label is ActionKind.EXCLUDE_NODES:
+            return f"exclude {','.join(inp.nodes[:8])} from job {job}"
+        return f"{label.value.replace('_', ' ')} job {job}"
+
+    async def _scheduler_activity(
+        self, name: str, arg, result_type, *, deadline: datetime, stage: str, summary: str | None = None
+    ):
         remaining = self._remaining(deadline, stage)
         try:
             return await workflow.execute_activity(
@@ -918,6 +948,7 @@ class JobRecoveryWorkflow:
                 schedule_to_close_timeout=remaining,
                 start_to_close_timeout=min(remaining, timedelta(seconds=self._inp.watchdog.activity_timeout_s)),
                 retry_policy=SCHEDULER_RETRY,
+                summary=summary,  # the one line the Temporal UI shows on the timeline (no effect on replay)
             )
         except ActivityError as exc:
             inner = exc.cause
@@ -971,6 +1002,7 @@ class JobRecoveryWorkflow:
                     start_to_close_timeout=timedelta(seconds=self._inp.watchdog.activity_timeout_s),
                     schedule_to_close_timeout=timedelta(seconds=self._inp.watchdog.action_deadline_s),
                     retry_policy=SCHEDULER_RETRY,
+                    summary=f"release job {self._inp.key.job_id}: given back to Slurm",
                 )
                 outcome += "; job released to normal scheduling"
                 self._state.holding = False
@@ -1006,7 +1038,14 @@ class JobRecoveryWorkflow:
         implicated: list[str] | None = None,
         key_suffix: str = "",
         detail: dict | None = None,
+        routine: bool = False,
     ) -> None:
+        """One entry of the trail, sent to the store in the background (in order, each once).
+
+        `routine` (a milestone nothing acts on): it waits in the backlog for the next entry that
+        is not, for MILESTONE_BATCH of its kind, or MILESTONE_FLUSH, whichever comes first, so a
+        long healthy run does not put one activity per checkpoint on the job's timeline.
+        """
         info = workflow.info()
         job = job or self._state.last_job
         key = f"{self._inp.key.workflow_id}:{self._state.incidents}:{event.value}:{key_suffix}"
@@ -1038,6 +1077,8 @@ class JobRecoveryWorkflow:
         self._note(event.value, outcome or action or "")
         if workflow.patched(AUDIT_IN_BACKGROUND):
             self._state.audit_backlog.append(entry)
+            if routine and not self._draining() and workflow.patched(BATCH_MILESTONES) and not self._batch_due():
+                return
             self._start_audit_drainer()
             return
         await workflow.execute_activity(
@@ -1046,6 +1087,13 @@ class JobRecoveryWorkflow:
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=AUDIT_RETRY,
         )
+
+    def _draining(self) -> bool:
+        return self._audit_drainer is not None and not self._audit_drainer.done()
+
+    def _batch_due(self) -> bool:
+        backlog = self._state.audit_backlog
+        return len(backlog) >= MILESTONE_BATCH or workflow.now() - backlog[0].timestamp >= MILESTONE_FLUSH
 
     def _start_audit_drainer(self) -> None:
         if self._audit_drainer is None or self._audit_drainer.done():
@@ -1062,6 +1110,7 @@ class JobRecoveryWorkflow:
                     AuditBatch(entries=batch),
                     start_to_close_timeout=timedelta(seconds=30),
                     retry_policy=AUDIT_RETRY,
+                    summary=_audit_summary(batch),
                 )
             except ActivityError as exc:
                 # refused for good (e.g. a schema or grant problem a person fixes): keep the entries, in order
@@ -1076,6 +1125,34 @@ class JobRecoveryWorkflow:
         self._state.timeline.append(TimelineEvent(at=workflow.now(), event=event, detail=detail[:500]))
         if len(self._state.timeline) > TIMELINE_LIMIT:
             del self._state.timeline[: len(self._state.timeline) - TIMELINE_LIMIT]
+        self._refresh_details()
+
+    def _refresh_details(self) -> None:
+        """The workflow's current details in the Temporal UI: where the job stands and what jobmedic waits for.
+
+        Read through the built-in metadata query; setting them issues no command, so histories replay.
+        """
+        job = self._state.last_job
+        who = " ".join(x for x in (f"job {self._inp.key.job_id}", job.name if job else "",
+                                   f"({job.user})" if job and job.user else "") if x)
+        lines = [
+            f"**{who}** on {job.node_list or ','.join(job.nodes) or '-'}" if job else f"**{who}**",
+            f"phase **{self._phase_label()}**: {WAITING_FOR.get(self._phase_label(), '')}",
+            f"attempts {len(self._history.attempts)} · incidents {self._state.incidents} · mode "
+            f"{self._state.mode}{'' if self._state.may_act else ' (advice only)'}",
+        ]
+        if self._state.last_category:
+            nodes = ",".join(sorted(self._state.implicated_nodes)[:MAX_SA_NODES]) or "no node named"
+            lines.append(f"last anomaly: **{self._state.last_category}** ({nodes})")
+        if self._history.excluded_nodes:
+            lines.append(f"excluded: {','.join(self._history.excluded_nodes[:MAX_SA_NODES])}")
+        advice = self._state.last_advice
+        if advice is not None:
+            lines.append(f"last advice: {advice.action.value}" + (f" ({advice.rule})" if advice.rule else ""))
+        if self._state.timeline:
+            last = self._state.timeline[-1]
+            lines.append(f"latest: {last.event} - {last.detail[:200]}")
+        workflow.set_current_details("\n\n".join(lines))
 
     def _phase_label(self) -> str:
         if self._state.paused and self._state.phase != Phase.DONE:
@@ -1089,6 +1166,7 @@ class JobRecoveryWorkflow:
         self._upsert_search_attributes()
 
     def _upsert_search_attributes(self) -> None:
+        self._refresh_details()
         workflow.upsert_search_attributes(
             [
                 SA_PHASE.value_set(self._phase_label()),
@@ -1099,6 +1177,21 @@ class JobRecoveryWorkflow:
                 SA_IMPLICATED.value_set(sorted(self._state.implicated_nodes)[:MAX_SA_NODES]),
             ]
         )
+
+
+#: what jobmedic waits for in each phase (the first look at a job's page answers "what now")
+WAITING_FOR: dict[str, str] = {
+    Phase.WATCHING.value: "watching the job's log and state; nothing to do while it runs",
+    Phase.DETECTING.value: "collecting the evidence of an incident",
+    Phase.ATTRIBUTING.value: "naming the cause and the nodes to blame",
+    Phase.DECIDING.value: "deciding: restart, exclude or stop",
+    Phase.ISOLATING.value: "excluding the blamed nodes from the job",
+    Phase.RESTARTING.value: "releasing the job back to Slurm",
+    Phase.STOPPING.value: "stopping recovery; the job keeps the state Slurm gave it",
+    Phase.WAITING_RESTART.value: "waiting for Slurm to start the job again",
+    Phase.PAUSED.value: "paused by an operator: advice only until `resume`",
+    Phase.DONE.value: "nothing: the job has ended",
+}
 
 
 def _may_start_now(failed_nodes: list[str], excluded: list[str]) -> bool:
@@ -1119,6 +1212,13 @@ def _failure_at(incident: IncidentKind, obs: JobObservation, current: JobInfo) -
     if incident is IncidentKind.FATAL_RUNNING:
         return obs.fatal_at
     return obs.job.end_time or current.end_time
+
+
+def _audit_summary(batch: list[AuditEntry]) -> str:
+    """`audit: detection, advice restart_exclude` - what a batch of the trail says, in a line."""
+    words = [e.event_type.value + (f" {e.action}" if e.action else "") for e in batch]
+    text = "audit: " + ", ".join(dict.fromkeys(words))
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def _cause(exc: BaseException) -> str:

@@ -218,6 +218,7 @@ class JobStatus(Contract):
     job_state: str = ""
     restarts: int = 0
     audit_backlog: int = 0  # audit entries waiting for the store (it is down or refusing them)
+    audit_batched: int = 0  # routine milestones waiting for the next batch (by design, not a store problem)
     systemic_event: str | None = None  # the systemic event jobmedic holds the job for
 
 

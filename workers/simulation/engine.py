@@ -15,7 +15,8 @@ The job
   with `spare_fraction` more nodes (at least `min_spares`); it runs for the
   whole horizon (`days`), starting productive at t = 0 at `start_hour` local time
   on a Monday.
-- It checkpoints every `checkpoint_interval_s` of training and stalls for
+- It checkpoints every `checkpoint_interval_s` of training (default: Young's
+  interval sqrt(2 x write time x MTTF) for the job, at most 4 h) and stalls for
   `checkpoint_write_s` while writing; a failure loses the work since the last
   completed checkpoint. A new attempt starts `restart_overhead_s` after its
   allocation (initialisation and checkpoint load) before training again.
