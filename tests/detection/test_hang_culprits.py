@@ -170,3 +170,19 @@ def test_snapshot_and_bar_rules_leave_healthy_output_alone():
     assert bar_stall(list(enumerate(moving))) is None
     stuck = ["Train:  10%| 100/1000 [10:00<1:30:00, 6.00s/it]", "Train:  10%| 100/1000 [25:00<1:30:00, 6.00s/it]"]
     assert bar_stall(list(enumerate(stuck))) is not None
+
+
+# ----------------------------------------------------------------------------- flight recorder: who never entered
+
+
+def test_the_rank_that_enqueued_less_when_the_dump_signal_came_is_the_suspect():
+    """PyTorch 2.3-2.4: '[PG 0 Rank 6] Received a dump signal from this local rank and will start to dump the debug
+    info. Last enqueued NCCL work: 911' while rank 0 had enqueued 912: rank 6 never reached the collective."""
+    v = verdict_of("hang-fr-dump-rank6-last-enqueued-behind-q9h02")
+    assert v.implicated.ranks == [6] and v.implicated.hosts == ["trn-b2"]
+
+
+def test_torchfrtrace_missing_ranks_names_the_suspect():
+    """torchfrtrace: 'Not all ranks joining collective 20411 ...' then 'missing ranks: {13}'."""
+    v = verdict_of("hang-fr-trace-missing-rank-13-allreduce-r4h01")
+    assert v.implicated.ranks == [13] and v.implicated.hosts == ["h100-r2"]
