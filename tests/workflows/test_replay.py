@@ -60,3 +60,46 @@ async def test_a_changed_workflow_fails_replay() -> None:
     replayer = Replayer(workflows=[_ChangedRecovery], data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is not None
+
+
+def _patch_ids(module) -> set[str]:
+    """The ids a workflow module passes to `workflow.patched`, read from its source (names bound to strings)."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(module))
+    names = {
+        t.id: node.value.value
+        for node in tree.body if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+        for t in node.targets if isinstance(t, ast.Name)
+    }
+    used: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "patched" and node.args:
+            arg = node.args[0]
+            if isinstance(arg, ast.Name) and arg.id in names:
+                used.add(names[arg.id])
+            elif isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                used.add(arg.value)
+    return used
+
+
+def test_every_patch_of_the_recovery_workflow_is_in_a_checked_in_history() -> None:
+    """A versioned change is only proven safe for running workflows by a history that took its new branch."""
+    import workflows.job_recovery as recovery
+
+    recorded = "\n".join(p.read_text() for p in HISTORIES if p.name.startswith("job_recovery"))
+    import base64
+    import re
+
+    ids = set()
+    for data in re.findall(r'"data":\s*"([A-Za-z0-9+/=]+)"', recorded):
+        try:
+            text = base64.b64decode(data).decode()
+        except (ValueError, UnicodeDecodeError):
+            continue
+        ids.update(re.findall(r'"id":\s*"([a-z0-9-]+)"', text))
+    patches = _patch_ids(recovery)
+    assert len(patches) >= 8, patches  # the reader finds them
+    assert patches <= ids, f"no history records the new branch of {sorted(patches - ids)}"
