@@ -1,0 +1,184 @@
+"""Scale of the cluster watch: a real Temporal dev server and the real worker over a simulated cluster.
+
+For each size (default 100 -> 1,000 -> 10,000 jobs) a private `temporal server start-dev`
+(in memory, its own port, so its CPU and memory are the watch's alone) and one worker process
+(bench/simcluster.py: the real workflows, activities, audit store and Slurm client, with a
+simulated cluster behind the Slurm command runner and real growing output files read by the
+real file log source). Failures are injected at a known rate once the watch has made its first
+pass; the job-end hook of a real site (EpilogSlurmctld -> `jobmedic notify job-end`) pokes the
+watch. Per size:
+- watch pass duration (median, max) against the poll interval;
+- CPU (s and % of one core) and peak RSS of the worker and of the Temporal server;
+- detection latency p50/p95 (failure written -> first `detection` audit entry of the job);
+- Temporal history: events and bytes of the watch workflow and of job workflows (max);
+- audit rows and watch-state rows;
+- baselines from the same run: the heartbeat the old watch would send every poll (the whole
+  state; Temporal refuses payloads over 2 MB, so that size says where it fails) against the
+  heartbeat sent now, and the per-action job read the old way (decode and convert the whole
+  `squeue --json`) against the one-job read.
+
+Usage: .venv/bin/python bench/scale.py [--jobs N] [--quick] [--seconds S] [--interval S] [--shards N]
+--quick: 100 and 1,000 jobs, 45 s each (under three minutes). The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench._common import emit_json, print_table  # noqa: E402
+from workers.report import percentile  # noqa: E402
+
+TEMPORAL = ROOT / ".venv" / "bin" / "temporal"
+HEARTBEAT_LIMIT = 2 * 1024 * 1024  # Temporal's default payload size limit (blob size limit error)
+SEARCH_ATTRIBUTES = ["JobId=Keyword", "Cluster=Keyword", "Environment=Keyword", "Mode=Keyword", "Phase=Keyword",
+                     "LastCategory=Keyword", "Attempts=Int", "ImplicatedNodes=KeywordList"]
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of `pid` and its waited-for children."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(fields[i]) for i in (11, 12, 13, 14)) / TICK
+
+
+def proc_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):  # peak resident set
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def start_server(port: int, log: Path) -> subprocess.Popen:
+    argv = [str(TEMPORAL), "server", "start-dev", "--ip", "127.0.0.1", "--port", str(port), "--headless",
+            "--log-level", "error"]
+    for sa in SEARCH_ATTRIBUTES:
+        argv += ["--search-attribute", sa]
+    proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                time.sleep(2.0)  # the frontend listens before the namespace is ready
+                return proc
+        time.sleep(0.3)
+    proc.kill()
+    raise RuntimeError(f"temporal dev server did not listen on {port} (log {log})")
+
+
+def run_size(jobs: int, args: argparse.Namespace, tmp: Path) -> dict:
+    port = free_port()
+    work = tmp / f"n{jobs}"
+    work.mkdir()
+    server = start_server(port, work / "temporal.log")
+    cpu0 = {"server": proc_cpu_s(server.pid)}
+    out = work / "summary.json"
+    argv = [sys.executable, str(ROOT / "bench" / "simcluster.py"), "--jobs", str(jobs), "--seconds", str(args.seconds),
+            "--interval", str(args.interval), "--shards", str(args.shards), "--temporal", f"127.0.0.1:{port}",
+            "--cluster", f"sim-{jobs}", "--workdir", str(work), "--out", str(out),
+            "--failures-per-min", str(args.failures_per_min)]
+    started = time.time()
+    worker = subprocess.Popen(argv, stdout=(work / "worker.log").open("w"), stderr=subprocess.STDOUT)
+    peak = {"worker": 0.0, "server": 0.0}
+    cpu_last = {"worker": 0.0, "server": 0.0}
+    while worker.poll() is None:
+        for name, pid in (("worker", worker.pid), ("server", server.pid)):
+            try:
+                peak[name] = max(peak[name], proc_rss_mb(pid))
+                cpu_last[name] = proc_cpu_s(pid)
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+        time.sleep(1.0)
+    wall = time.time() - started
+    server_cpu = proc_cpu_s(server.pid) - cpu0["server"]
+    server.terminate()
+    server.wait(timeout=30)
+    if worker.returncode != 0 or not out.exists():
+        tail = (work / "worker.log").read_text()[-3000:]
+        return {"jobs": jobs, "watch_failed": True, "error": f"worker exited {worker.returncode}: {tail}"}
+    s = json.loads(out.read_text())
+    lat = s["latencies_s"]
+    passes = s["pass_s"] or [float("nan")]
+    return {
+        "jobs": jobs, "shards": s["shards"], "interval_s": s["interval_s"], "seconds": args.seconds,
+        "passes": s["passes"], "pass_s": statistics.median(passes), "pass_max_s": max(passes),
+        "worker_cpu_s": cpu_last["worker"], "worker_cpu_pct": 100 * cpu_last["worker"] / wall,
+        "sim_cpu_s": s["sim_cpu_s"], "worker_rss_mb": peak["worker"],
+        "server_cpu_s": server_cpu, "server_cpu_pct": 100 * server_cpu / wall, "server_rss_mb": peak["server"],
+        "failures": s["failures"], "detected": s["detected"],
+        "detect_p50_s": percentile(lat, 50) if lat else None, "detect_p95_s": percentile(lat, 95) if lat else None,
+        "watch_history_events": s["watch_history_events"], "watch_history_bytes": s["watch_history_bytes"],
+        "job_history_events_max": max(s["job_history_events"], default=0),
+        "job_history_bytes_max": max(s["job_history_bytes"], default=0),
+        "audit_rows": s["audit_rows"], "state_rows": s["state_rows"],
+        "heartbeat_bytes_max": max(s["heartbeat_bytes"], default=0), "legacy_heartbeat_bytes": s["legacy_heartbeat_bytes"],
+        "legacy_fails": s["legacy_heartbeat_bytes"] > HEARTBEAT_LIMIT,
+        "squeue_mb": s["squeue_bytes"] / 1e6, "read_all_s": s["read_all_s"], "read_one_s": s["read_one_s"],
+        "squeue_calls": s["scheduler_commands"].get("squeue", 0),
+        "watch_failed": max(passes) > s["interval_s"] or s["detected"] < s["failures"],
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--jobs", type=int, help="one size only")
+    p.add_argument("--quick", action="store_true", help="100 and 1,000 jobs, 45 s each")
+    p.add_argument("--seconds", type=float, help="simulated run per size (default 120, --quick 45)")
+    p.add_argument("--interval", type=float, default=15.0, help="poll interval (the default setting)")
+    p.add_argument("--shards", type=int, default=4, help="watch shards (the default setting)")
+    p.add_argument("--failures-per-min", type=float, default=6.0)
+    args = p.parse_args()
+    sizes = [args.jobs] if args.jobs else ([100, 1000] if args.quick else [100, 1000, 10_000])
+    args.seconds = args.seconds or (45.0 if args.quick else 120.0)
+    with tempfile.TemporaryDirectory(prefix="jm-scale-") as tmp:
+        results = [run_size(n, args, Path(tmp)) for n in sizes]
+    ok = [r for r in results if "error" not in r]
+    for r in results:
+        if "error" in r:
+            print(f"{r['jobs']} jobs: {r['error']}", file=sys.stderr)
+    print(f"poll interval {args.interval:g} s, {args.shards} shards, {args.seconds:g} s per size, "
+          f"{args.failures_per_min:g} failures/min once the first pass is done; 2 CPU cores shared")
+    print_table(
+        ["jobs", "pass p50 s", "pass max s", "interval s", "worker CPU %", "(sim CPU s)", "worker RSS MB",
+         "server CPU %", "server RSS MB", "detect p50 s", "p95 s", "detected"],
+        [[r["jobs"], r["pass_s"], r["pass_max_s"], r["interval_s"], r["worker_cpu_pct"], r["sim_cpu_s"],
+          r["worker_rss_mb"], r["server_cpu_pct"], r["server_rss_mb"], r["detect_p50_s"], r["detect_p95_s"],
+          f"{r['detected']}/{r['failures']}"] for r in ok],
+    )
+    print()
+    print_table(
+        ["jobs", "heartbeat B (now)", "old heartbeat B", "old fails (>2 MB)", "watch hist ev/B", "job hist max ev/B",
+         "audit rows", "state rows", "squeue MB", "job read: all s", "one s", "squeue calls"],
+        [[r["jobs"], r["heartbeat_bytes_max"], r["legacy_heartbeat_bytes"], r["legacy_fails"],
+          f"{r['watch_history_events']}/{r['watch_history_bytes']}",
+          f"{r['job_history_events_max']}/{r['job_history_bytes_max']}", r["audit_rows"], r["state_rows"],
+          r["squeue_mb"], r["read_all_s"], r["read_one_s"], r["squeue_calls"]] for r in ok],
+    )
+    last = results[-1]
+    emit_json({
+        "jobs": last["jobs"], "pass_s": last.get("pass_s"), "interval_s": args.interval,
+        "detect_p95_s": last.get("detect_p95_s"), "watch_failed": last.get("watch_failed", True),
+        "sizes": results,
+    })
+
+
+if __name__ == "__main__":
+    main()
