@@ -273,11 +273,11 @@ def evaluate(split: str, *, quick: bool, verbose: bool, catalogue: Catalogue, lo
         f"{k} {ok}/{n_} = {ok / n_:.3f}" for k, (n_, ok) in sorted(blamed.items()) if n_))
     if verbose and wrong_blames:
         print("wrongly blamed (case, expected class, entity):")
-        for w in wrong_blames:
+        for w in sorted(wrong_blames):
             print("  ", *w)
     if verbose and missed_entities:
         print("missed entities (case, kind, entity):")
-        for m in missed_entities:
+        for m in sorted(missed_entities):
             print("  ", *m)
     if verbose and misses:
         print("wrong (case, expected, got, expected entities, got entities):")

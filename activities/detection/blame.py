@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import re
 
+from activities.detection.line_context import MAX_LINE, parse_context
 from activities.detection.root_cause import Choice
-from activities.detection.signals import Signal, SignalBuilder
+from activities.detection.signals import PCI, Signal, SignalBuilder, norm_pci
 from workflows.contracts import Category, FaultDomain, JobEvidence
 
 
@@ -116,9 +117,81 @@ def implicate(
                    if s.host in hosts and s.source == "log" and s.strong and (s.rank is not None or "tasks" in s.fields)
                    and s.category in _RANK_CRASH)
         ranks |= {r for r in crashed if r is not None}
+    if not hosts and cat in _NODE_LOCAL and (cat != Category.CUDA_ERROR or domain == FaultDomain.HARDWARE):
+        named = named_near(b, sigs)
+        if len(named) == 1:
+            hosts |= named
+            choice.why = (choice.why + "; " if choice.why else "") + (
+                f"the failing lines name {next(iter(named))} and no other of the job's nodes")
+    if cat in (Category.GPU_HARDWARE, Category.CUDA_ERROR) and len(hosts) == 1 and (
+            cat == Category.GPU_HARDWARE or domain == FaultDomain.HARDWARE):
+        host = next(iter(hosts))
+        if not any(g.split(":", 1)[0] == host for g in gpus if ":" in g):
+            gpus |= {f"{host}:{g}" for g in _gpu_near(b, sigs)}
+        if not gpus and len(ranks) == 1:
+            slot = _local_rank(b, host, next(iter(ranks)))
+            if slot is not None:
+                gpus.add(f"{host}:{slot}")  # one process per GPU: the failed rank's local rank is its device
     if hosts:  # a GPU is evidence on a blamed node; the far end's view of its own device is not
         gpus = {g for g in gpus if g.split(":", 1)[0] in hosts or ":" not in g}
     return hosts, ranks, gpus
+
+
+# causes that live on one node; not host OOM: a job that outgrows a node's memory is the job's, not the node's
+_NODE_LOCAL = {Category.GPU_HARDWARE, Category.NODE_FAILURE, Category.INTERCONNECT, Category.CUDA_ERROR}
+NEAR = 3  # lines either side of a failing line that belong to its message (Ray's "ip: ..." block, a wrapped line)
+_GPU_REF = re.compile(r"(?i)(?<![A-Za-z0-9_])(?:gpu[ _-]?(?:id|index)?[ #:=]{0,3}|cuda:)([0-9]{1,2})(?![0-9A-Za-z:.])")
+
+
+def _near_texts(b: SignalBuilder, sigs: list[Signal]) -> list[str]:
+    """The text (without launcher prefixes) of the chosen cause's failing lines and of the lines next to them."""
+    at = sorted({s.line_no for s in sigs if s.source == "log" and s.strong and s.line_no is not None})
+    if not at:
+        return []
+    texts = [s.text or s.line for s in sigs if s.source == "log" and s.strong]
+    for n, line in b.lines:
+        if any(abs(n - a) <= NEAR for a in at):
+            texts.append(parse_context(line[:MAX_LINE], known_hosts=b.spellings).text)
+    return texts
+
+
+def named_near(b: SignalBuilder, sigs: list[Signal]) -> set[str]:
+    """The job's nodes the failing lines of a node-local cause (or the lines of the same message) name
+    in their text, not in a prefix: the writer of a line is often a survivor, the node in its words is not."""
+    if not b.nodemap:
+        return set()
+    nodes = b.job_hosts or b.nodemap.names
+    named: set[str] = set()
+    for text in _near_texts(b, sigs):
+        named |= {h for h in b.nodemap.mentioned(text) if h in nodes}
+    return named
+
+
+def _local_rank(b: SignalBuilder, host: str, rank: int) -> int | None:
+    """`rank`'s place among the ranks of `host` when the layout runs one task per GPU (at most 8 a node)."""
+    layout = b.layout
+    if layout is None or host not in layout.nodes or len(layout.tasks_per_node) != len(layout.nodes):
+        return None
+    index = layout.nodes.index(host)
+    first = sum(layout.tasks_per_node[:index])
+    per_node = layout.tasks_per_node[index]
+    if not 1 < per_node <= 8 or not first <= rank < first + per_node:
+        return None
+    return rank - first
+
+
+def _gpu_near(b: SignalBuilder, sigs: list[Signal]) -> set[str]:
+    """The one GPU (PCI bus id or index) the failing lines and their message name, if exactly one."""
+    pcis: set[str] = set()
+    indexes: set[str] = set()
+    for text in _near_texts(b, sigs):
+        pcis |= {norm_pci(m.group(1)) for m in PCI.finditer(text)}
+        indexes |= {m.group(1) for m in _GPU_REF.finditer(text)}
+    if len(pcis) == 1:
+        return pcis
+    if not pcis and len(indexes) == 1:
+        return indexes
+    return set()
 
 
 _IB_LOCAL_STATUS = {"1", "2", "3", "4", "8"}  # ibv_wc_status LOC_LEN, LOC_QP_OP, LOC_EEC_OP, LOC_PROT, MW_BIND

@@ -255,10 +255,10 @@ class SignalBuilder:
             self.rank_host.setdefault(sig.rank, sig.host)
         pci = fields.get("pci")
         if not pci and spec.category == Category.GPU_HARDWARE:
-            m = _PCI.search(ctx.text)
+            m = PCI.search(ctx.text)
             pci = m.group(1) if m else None  # "NVRM: GPU 0000:9b:00.0: GPU has fallen off the bus."
         if pci:
-            pci = _norm_pci(pci)
+            pci = norm_pci(pci)
             sig.gpu = f"{sig.host}:{pci.lower()}" if sig.host else pci.lower()
         elif fields.get("gpu_index"):
             sig.gpu = f"{sig.host}:{fields['gpu_index']}" if sig.host else fields["gpu_index"]
@@ -672,10 +672,10 @@ _DUMP_RANK = re.compile(r"(?i)\b(?:global[_ ])?rank[ =:#]{0,2}([0-9]{1,6})")
 _DUMP_TASK = re.compile(r"(?i)\btask[ =:#]{0,2}([0-9]{1,6})")
 _HVD_LIST = re.compile(r"\[(missing|ready) ranks: ?([0-9][0-9, ]{0,4000})\]")
 _PREVIOUS_XID = re.compile(r"caused by previous Xid ([0-9]{1,4})")
-_PCI = re.compile(r"(?<![0-9A-Fa-f:])((?:[0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9])?(?![0-9A-Fa-f:])")
+PCI = re.compile(r"(?<![0-9A-Fa-f:])((?:[0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9])?(?![0-9A-Fa-f:])")
 
 
-def _norm_pci(pci: str) -> str:
+def norm_pci(pci: str) -> str:
     """`00000000:3B:00.0` -> `0000:3b:00`: one spelling per GPU whatever tool printed it."""
     parts = pci.lower().split(".")[0].split(":")
     if len(parts) == 3 and len(parts[0]) == 8:

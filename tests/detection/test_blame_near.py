@@ -1,0 +1,58 @@
+"""Broad blame rules (issue 7, round 3), on real-format tune excerpts (tests/corpus/real/tune/).
+
+- A node-local cause whose failing lines, or the lines of the same message, name exactly one of the
+  job's nodes in their text (not in a launcher prefix: that is the line's writer) blames that node.
+- On a blamed node running one process per GPU, the one failed rank's local rank is its GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+from activities.detection.catalogue import load_catalogue
+from workflows.contracts import Category
+
+ROOT = Path(__file__).resolve().parents[2]
+TUNE = ROOT / "tests" / "corpus" / "real" / "tune"
+_spec = importlib.util.spec_from_file_location("bench_attribution_near", ROOT / "bench" / "attribution.py")
+BENCH = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(BENCH)
+CATALOGUE = load_catalogue()
+
+
+def verdict_of(name: str):
+    side = json.loads((TUNE / f"{name}.expected.json").read_text())
+    return BENCH.run_case(TUNE / f"{name}.log", side, catalogue=CATALOGUE)
+
+
+def test_ray_actor_dead_block_names_the_dead_node_by_address_not_the_reporting_raylet():
+    """'The actor is dead because its node has died' with 'ip: 10.72.56.3' in the same error block;
+    the raylet that reports the failure ('(raylet, ip=10.72.56.4)' prefix) is a survivor."""
+    v = verdict_of("node_failure-ray-actor-dead-node-died-by-ip-q9n02")
+    assert v.category == Category.NODE_FAILURE
+    assert v.implicated.hosts == ["ray-w3"]
+    assert "ray-w3" in v.explanation
+
+
+def test_host_oom_is_not_blamed_on_the_node_its_message_names():
+    """The raylet names the node under memory pressure; a job that outgrows a node's memory is the job's."""
+    v = verdict_of("host_oom-ray-raylet-memory-pressure-s4c21")
+    assert v.category == Category.HOST_OOM
+    assert v.implicated.hosts == []
+
+
+def test_failed_rank_on_a_one_process_per_gpu_node_names_its_gpu():
+    """'[rank1]: ... uncorrectable ECC error' on a two-GPU node: rank 1 runs on GPU 1."""
+    v = verdict_of("gpu_hardware-accelerate-rank1-ecc-set-device-b6a05")
+    assert v.category == Category.GPU_HARDWARE
+    assert v.implicated.hosts == ["a100x2-lab"] and v.implicated.ranks == [1]
+    assert v.implicated.gpus == ["a100x2-lab:1"]
+
+
+def test_second_node_rank_maps_to_its_local_gpu():
+    """Rank 11 of ip-10-0-12-[6-7]:8 is local rank 3 of the second node."""
+    v = verdict_of("gpu_hardware-ecc-rank11-elastic-summary-ec2-fqdn-r4g04")
+    assert v.implicated.hosts == ["ip-10-0-12-7"] and v.implicated.ranks == [11]
+    assert v.implicated.gpus == ["ip-10-0-12-7:3"]
