@@ -439,6 +439,11 @@ class SignalBuilder:
                 continue
             seen.add(line_no)
             shell = prompt_host(line)
+            if shell is None and self.nodemap and line.lstrip().startswith(("$ ", "# ")):
+                # a command typed at a prompt that names one of the job's nodes: "$ kubectl describe node H",
+                # "$ sudo dmesg -T  # on H", "# dcgmi diag -r 3 --host H"; its output is about that node
+                named = [h for h in self.nodemap.mentioned(line[:MAX_LINE]) if not self.job_hosts or h in self.job_hosts]
+                shell = named[0] if len(named) == 1 else None
             if shell is not None:
                 host = self.nodemap.resolve(shell) if self.nodemap else (shell if any(c.isdigit() for c in shell) else None)
                 self.prompts.append((line_no, host))

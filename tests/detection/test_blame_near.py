@@ -56,3 +56,11 @@ def test_second_node_rank_maps_to_its_local_gpu():
     v = verdict_of("gpu_hardware-ecc-rank11-elastic-summary-ec2-fqdn-r4g04")
     assert v.implicated.hosts == ["ip-10-0-12-7"] and v.implicated.ranks == [11]
     assert v.implicated.gpus == ["ip-10-0-12-7:3"]
+
+
+def test_a_command_naming_one_job_node_makes_its_output_that_nodes():
+    """'$ kubectl describe node gke-...-q2mx | grep -A12 Conditions' then 'XidCriticalError True ...':
+    the condition is that node's, though the pod listing above names both of the job's nodes."""
+    v = verdict_of("gpu_hardware-gke-xidcriticalerror-condition-g2a16")
+    assert v.category == Category.GPU_HARDWARE
+    assert v.implicated.hosts == ["gke-trn-a3-pool-5f1c02ab-q2mx"]
