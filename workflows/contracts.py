@@ -401,6 +401,9 @@ class Advice(Contract):
     reason: str = ""
     exclude_nodes: list[str] = Field(default_factory=list)
     drain_nodes: list[str] = Field(default_factory=list)
+    # jobmedic's own earlier exclusions given back, oldest first, so that this failure's node can be kept out
+    # of a partition that cannot spare both (policy: node limits, `+readmit`)
+    readmit_nodes: list[str] = Field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- logs and evidence

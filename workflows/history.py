@@ -173,6 +173,18 @@ class JobHistory(Contract):
         """Remember nodes the scheduler confirmed as excluded from the job."""
         return self.model_copy(update={"excluded_nodes": sorted({*self.excluded_nodes, *nodes})})
 
+    def note_readmitted(self, nodes: Iterable[str]) -> JobHistory:
+        """Forget exclusions jobmedic gave back (the scheduler confirmed them off the job's list)."""
+        back = set(nodes)
+        return self.model_copy(update={"excluded_nodes": [n for n in self.excluded_nodes if n not in back]})
+
+    def exclusion_order(self) -> list[str]:
+        """jobmedic's exclusions, oldest first: in the order of the attempts whose failure implicated them."""
+        order: list[str] = []
+        for attempt in self.attempts:
+            order += [h for h in attempt.implicated_hosts if h in self.excluded_nodes and h not in order]
+        return order + [h for h in sorted(self.excluded_nodes) if h not in order]
+
     def note_jobmedic_restart(self) -> JobHistory:
         """Count one restart that jobmedic asked for and the scheduler confirmed."""
         return self.model_copy(update={"restarts_by_jobmedic": self.restarts_by_jobmedic + 1})

@@ -122,6 +122,7 @@ FATAL_RUNNING = "fatal-running"  # a fatal line in a running job that stopped pr
 ARRAY_GUARD = "array-guard"
 SYSTEMIC_GUARD = "systemic-guard"
 BATCH_MILESTONES = "batch-milestones"  # routine checkpoints wait for the next batch: the incident is what the timeline shows
+READMIT_OLDEST = "readmit-oldest"  # a partition too small for every exclusion gives back jobmedic's oldest one
 PROGRESS_EARNS_RETRIES = "progress-earns-retries"  # the attempt budget counts attempts that saved no checkpoint
 OPT_IN_FROM_JOB = "opt-in-from-job"  # the policies read the opt-in from the job as the scheduler shows it, only
 GUARD_ANSWER_MARGIN_S = 10.0  # beyond the guard's settle time, for its reads and the signals
@@ -744,6 +745,7 @@ class JobRecoveryWorkflow:
             max_attempts_override=None if workflow.patched(OPT_IN_FROM_JOB) else self._inp.opt_in.max_attempts,
             slurm_requeued=incident is IncidentKind.SLURM_REQUEUE,
             progress_earns_retries=workflow.patched(PROGRESS_EARNS_RETRIES),
+            readmit_oldest=workflow.patched(READMIT_OLDEST),
         )
         return advice
 
@@ -836,10 +838,11 @@ class JobRecoveryWorkflow:
             self._set_phase(Phase.WATCHING)
             return False
 
-        excluded_target = sorted(set(self._history.excluded_nodes) | set(advice.exclude_nodes))
+        readmit = list(advice.readmit_nodes)
+        excluded_target = sorted((set(self._history.excluded_nodes) - set(readmit)) | set(advice.exclude_nodes))
         if advice.action is AdviceAction.LEAVE_TO_SLURM or not restart:
             if advice.exclude_nodes and job.state is JobState.PENDING:
-                await self._exclude(job, excluded_target, deadline)
+                await self._exclude(job, excluded_target, deadline, readmit=readmit)
             if held_by_us:
                 await self._action(ActivityNames.RELEASE, JobActionInput(key=key), ActionKind.RELEASE, deadline)
             self._set_phase(Phase.WATCHING)
@@ -859,8 +862,8 @@ class JobRecoveryWorkflow:
                 self._state.own_restarts_upto = max(self._state.own_restarts_upto, expected)
         elif held_by_us:
             expected = job.restarts  # collect_evidence returned the job as held (restarts already +1)
-        if excluded_target:
-            await self._exclude(job, excluded_target, deadline)
+        if excluded_target or readmit:
+            await self._exclude(job, excluded_target, deadline, readmit=readmit)
         if advice.action is AdviceAction.RESTART_DRAIN and advice.drain_nodes:
             await self._action(
                 ActivityNames.DRAIN_NODES,
@@ -881,12 +884,12 @@ class JobRecoveryWorkflow:
         self._set_phase(Phase.WAITING_RESTART)
         return False
 
-    async def _exclude(self, job: JobInfo, nodes: list[str], deadline: datetime) -> None:
+    async def _exclude(self, job: JobInfo, nodes: list[str], deadline: datetime, *, readmit: list[str]) -> None:
         await self._action(
-            ActivityNames.EXCLUDE_NODES, JobActionInput(key=self._inp.key, nodes=nodes), ActionKind.EXCLUDE_NODES,
-            deadline,
+            ActivityNames.EXCLUDE_NODES, JobActionInput(key=self._inp.key, nodes=nodes, readmit=readmit),
+            ActionKind.EXCLUDE_NODES, deadline,
         )
-        self._history = self._history.note_excluded(nodes)
+        self._history = self._history.note_readmitted(readmit).note_excluded(nodes)
 
     async def _action(self, name: str, inp: JobActionInput, label: ActionKind, deadline: datetime) -> ActionResult:
         if self._state.paused or self._state.stopped:

@@ -298,6 +298,8 @@ class JobActionInput(Contract):
     # release: skip Slurm's post-requeue wait. Only when the last allocation's nodes are all excluded:
     # they hold the revoked credential, and a start there inside cred_expire fails ("credential revoked").
     start_now: bool = True
+    # exclude_nodes: jobmedic's own earlier exclusions to take off the job's ExcNodeList (Advice.readmit_nodes)
+    readmit: list[str] = Field(default_factory=list)
 
 
 class AuditBatch(Contract):

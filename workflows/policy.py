@@ -83,6 +83,11 @@ Node limits, applied to a restart when the guard gave them (`nodes`):
   only while the job's partition keeps at least the job's node count usable
   (not excluded, not down or drained). This failure's own hosts come first,
   then dead nodes, then lemons; a node left out is named in the reason.
+- `+readmit`: before leaving out this failure's own host for placement, the
+  oldest node jobmedic excluded after an earlier failure that is healthy now
+  (not down or drained, not dead under the job, not a lemon) is given back
+  (`readmit_nodes`): the node that just failed is the one kept out, and
+  exclusions do not pile up for the job's whole life.
 
 Scheduler constraints, applied to the advice of the rules (the rule id gets a
 suffix, the reason says why):
@@ -543,6 +548,7 @@ def decide(
     max_attempts_override: int | None = None,
     slurm_requeued: bool = False,
     progress_earns_retries: bool = True,
+    readmit_oldest: bool = True,
 ) -> Advice:
     """Advise what to do about the failure `verdict` describes, by the first rule that applies.
 
@@ -565,6 +571,9 @@ def decide(
         progress_earns_retries: the attempt budget counts only attempts that saved
             no new checkpoint, where checkpoints are tracked (histories from before
             the workflow's `progress-earns-retries` patch pass False: every attempt).
+        readmit_oldest: node limits may give back jobmedic's oldest exclusion to keep this
+            failure's node out of a partition that cannot spare both (histories from before
+            the `readmit-oldest` patch pass False).
 
     Returns:
         The advice, with the rule that fired and a reason an operator can read.
@@ -577,13 +586,21 @@ def decide(
         advice = rule(facts)
         if advice is not None:
             if nodes is not None and advice.action in _RESTARTS:
-                advice = node_limits(advice, job, history, nodes, config)
+                advice = node_limits(advice, job, history, nodes, config, readmit_oldest=readmit_oldest)
             return _scheduler_constraints(advice, job, slurm_requeued=slurm_requeued)
     raise AssertionError("unreachable: the last rule always advises")
 
 
-def node_limits(advice: Advice, job: JobInfo, history: JobHistory, limits: NodeLimits, config: PolicyConfig) -> Advice:
-    """A restart's exclusions with dead nodes and lemons added, within what the partition can spare."""
+def node_limits(
+    advice: Advice, job: JobInfo, history: JobHistory, limits: NodeLimits, config: PolicyConfig,
+    *, readmit_oldest: bool = True,
+) -> Advice:
+    """A restart's exclusions with dead nodes and lemons added, within what the partition can spare.
+
+    `readmit_oldest`: when this failure's own host does not fit, jobmedic's oldest earlier exclusion
+    that is healthy now (not down or drained, not dead under the job, not a lemon) is given back to
+    make room, so the node that just failed is the one kept out.
+    """
     already = set(job.excluded_nodes) | set(history.excluded_nodes)
     partition = set(limits.partition_nodes)
     usable = partition - already - set(limits.unavailable)
@@ -591,6 +608,9 @@ def node_limits(advice: Advice, job: JobInfo, history: JobHistory, limits: NodeL
     kept: list[str] = []
     added: dict[str, list[str]] = {"dead_node": [], "lemon": []}
     dropped: list[str] = []
+    readmit: list[str] = []
+    keep_out = set(limits.unavailable) | set(limits.lemons) | set(history.dead_nodes) | set(advice.exclude_nodes)
+    spares = [h for h in history.exclusion_order() if h in partition and h not in keep_out] if readmit_oldest else []
     wanted: list[tuple[str, str | None]] = [(h, None) for h in advice.exclude_nodes]
     wanted += [(h, "dead_node") for h in history.dead_nodes]
     wanted += [(h, "lemon") for h in limits.lemons]
@@ -601,15 +621,25 @@ def node_limits(advice: Advice, job: JobInfo, history: JobHistory, limits: NodeL
             kept.append(host)  # excluded already: it costs the placement nothing more
             continue
         if partition and host in usable and len(usable) - 1 < need:
-            dropped.append(host)
-            continue
+            if why is not None or not spares:
+                dropped.append(host)
+                continue
+            back = spares.pop(0)  # the oldest of jobmedic's own exclusions makes room for this failure's host
+            readmit.append(back)
+            usable.add(back)
         usable.discard(host)
         kept.append(host)
         if why is not None:
             added[why].append(host)
-    if not any(added.values()) and not dropped:
+    if not any(added.values()) and not dropped and not readmit:
         return advice
     rule, reason = advice.rule, advice.reason
+    if readmit:
+        rule += "+readmit"
+        reason += (
+            f"; letting {', '.join(readmit)} back in (excluded by jobmedic after an earlier failure, healthy now): "
+            f"the job needs {need} node(s) and its partition cannot spare them and this failure's node"
+        )
     for why, hosts in added.items():
         if hosts:
             rule += f"+{why}"
@@ -630,7 +660,9 @@ def node_limits(advice: Advice, job: JobInfo, history: JobHistory, limits: NodeL
         action = AdviceAction.RESTART_DRAIN
     else:
         action = AdviceAction.RESTART_EXCLUDE if exclude else AdviceAction.RESTART
-    return Advice(action=action, rule=rule, reason=reason, exclude_nodes=exclude, drain_nodes=sorted(drain))
+    return Advice(
+        action=action, rule=rule, reason=reason, exclude_nodes=exclude, drain_nodes=sorted(drain), readmit_nodes=readmit,
+    )
 
 
 def _scheduler_constraints(advice: Advice, job: JobInfo, *, slurm_requeued: bool) -> Advice:

@@ -358,13 +358,14 @@ class SlurmClient:
             and (mark is None or (mark.owner == self.deployment and not mark.holding))
         )
 
-    async def set_excluded_nodes(self, key: JobKey, nodes: list[str]) -> ActionResult:
-        """Add `nodes` to the job's excluded nodes (only while it is pending)."""
+    async def set_excluded_nodes(self, key: JobKey, nodes: list[str], *, readmit: list[str] | None = None) -> ActionResult:
+        """Add `nodes` to the job's excluded nodes, and take `readmit` off them (only while it is pending)."""
         kind = ActionKind.EXCLUDE_NODES
         wanted = [_check_node(node) for node in nodes]
+        back = {_check_node(node) for node in readmit or []} - set(wanted)
         job = await self.job_for_key(key)
         self._refuse_if_owned_elsewhere(job)
-        union = list(dict.fromkeys([*job.excluded_nodes, *wanted]))
+        union = [n for n in dict.fromkeys([*job.excluded_nodes, *wanted]) if n not in back]
         if set(union) == set(job.excluded_nodes):
             return self._unchanged(kind, job, "nodes already excluded")
         if job.state is not JobState.PENDING:
@@ -377,8 +378,12 @@ class SlurmClient:
             ["update", f"JobId={job.job_id}", f"ExcNodeList={value}"], what=f"exclude nodes of job {job.job_id}"
         )
         await self._mark(key, job, kind, holding=self.holds(job))
-        confirmed = await self._wait_job(key, lambda j: set(union) <= set(j.excluded_nodes), what=f"ExcNodeList={value}")
-        return self._changed(kind, confirmed, f"excluded {value}")
+        confirmed = await self._wait_job(
+            key, lambda j: set(union) <= set(j.excluded_nodes) and not back & set(j.excluded_nodes),
+            what=f"ExcNodeList={value}",
+        )
+        given_back = sorted(back & set(job.excluded_nodes))
+        return self._changed(kind, confirmed, f"excluded {value}" + (f"; let {','.join(given_back)} back in" if given_back else ""))
 
     async def release(self, key: JobKey, *, start_now: bool = True) -> ActionResult:
         """Release a held job; with `start_now`, also skip Slurm's wait after a requeue.

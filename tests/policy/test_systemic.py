@@ -239,6 +239,54 @@ def test_node_limits(adv, num_nodes, excluded, dead, limits, config, expected) -
     assert (out.action, sorted(out.exclude_nodes), out.drain_nodes, out.rule) == expected, out.reason
 
 
+def _history_with_exclusions(*earlier: str) -> JobHistory:
+    """A job whose earlier failures (oldest first) each blamed one node, which jobmedic then excluded."""
+    from workflows.contracts import Implicated, Verdict
+
+    history = JobHistory()
+    for i, host in enumerate(earlier):
+        history = history.start_attempt(at=T0 + timedelta(hours=i))
+        verdict = Verdict(category=Category.GPU_HARDWARE, implicated=Implicated(hosts=[host]))
+        history = history.record_outcome(verdict, Advice(action=AdviceAction.RESTART_EXCLUDE, rule="hardware_exclude"),
+                                         ended_at=T0 + timedelta(hours=i, minutes=30))
+        history = history.note_excluded([host])
+    return history.start_attempt(at=T0 + timedelta(hours=len(earlier)))
+
+
+READMIT = [
+    # id, excluded earlier (oldest first), limits, readmit_oldest, (exclude, readmit, rule)
+    ("the oldest exclusion makes room for the node that just failed", ("n3", "n4"),
+     NodeLimits(partition_nodes=["n1", "n2", "n3", "n4"]), True, (["n1"], ["n3"], "hardware_exclude+readmit")),
+    ("a node down now is not given back: the next oldest is", ("n3", "n4"),
+     NodeLimits(partition_nodes=["n1", "n2", "n3", "n4"], unavailable=["n3"]), True,
+     (["n1"], ["n4"], "hardware_exclude+readmit")),
+    ("a lemon is not given back", ("n3", "n4"),
+     NodeLimits(partition_nodes=["n1", "n2", "n3", "n4"], lemons=["n3", "n4"]), True,
+     ([], [], "hardware_exclude+placement")),
+    ("histories from before the patch leave the new node in", ("n3", "n4"),
+     NodeLimits(partition_nodes=["n1", "n2", "n3", "n4"]), False, ([], [], "hardware_exclude+placement")),
+    ("room enough: nothing given back", ("n3",), NodeLimits(partition_nodes=["n1", "n2", "n3", "n4", "n5"]), True,
+     (["n1"], [], "hardware_exclude")),
+]
+
+
+@pytest.mark.parametrize("earlier, limits, readmit_oldest, expected", [c[1:] for c in READMIT],
+                         ids=[c[0] for c in READMIT])
+def test_exclusions_do_not_pile_up_past_what_the_partition_can_spare(earlier, limits, readmit_oldest, expected) -> None:
+    history = _history_with_exclusions(*earlier)
+    job = JobInfo(job_id="1", num_nodes=2, excluded_nodes=list(earlier))
+    out = node_limits(advice(), job, history, limits, PolicyConfig(), readmit_oldest=readmit_oldest)
+    new = sorted(set(out.exclude_nodes) - set(earlier))
+    assert (new, out.readmit_nodes, out.rule) == expected, out.reason
+    usable = set(limits.partition_nodes) - (set(earlier) - set(out.readmit_nodes)) - set(out.exclude_nodes)
+    assert len(usable - set(limits.unavailable)) >= job.num_nodes  # the job still fits
+
+
+def test_exclusion_order_is_the_order_of_the_failures() -> None:
+    assert _history_with_exclusions("n4", "n2", "n3").exclusion_order() == ["n4", "n2", "n3"]
+    assert _history_with_exclusions("n4", "n2").note_readmitted(["n4"]).excluded_nodes == ["n2"]
+
+
 # --------------------------------------------------------------------------- the rule, through decide()
 
 def _decide(category: Category, *, exit_code: int | None = 1, hold: bool = True, nodes: NodeLimits | None = None):

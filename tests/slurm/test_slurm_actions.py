@@ -58,6 +58,26 @@ async def test_exclude_release_and_the_exclusion_survives_requeue(client: SlurmC
     assert not (await client.cancel(job.key)).changed
 
 
+async def test_an_earlier_exclusion_is_given_back_while_a_new_one_is_added(client: SlurmClient, jobs: Jobs) -> None:
+    """readmit: jobmedic's oldest exclusion comes off ExcNodeList in the same update that adds the new bad node,
+    and taking the last one off leaves the list empty."""
+    job_id = jobs.submit(label="readm")
+    job = await wait_job(client, job_id, running, what="RUNNING")
+    await client.requeue_hold(job.key, expected_restarts=0)
+    first = await client.set_excluded_nodes(job.key, ["node3", "node4"])
+    assert first.job is not None and {"node3", "node4"} <= set(first.job.excluded_nodes)
+
+    swapped = await client.set_excluded_nodes(job.key, ["node1"], readmit=["node3"])
+    assert swapped.changed and swapped.job is not None, swapped
+    assert set(swapped.job.excluded_nodes) == {"node1", "node4"} and "let node3 back in" in swapped.detail, swapped
+    assert set((await client.get_job(job_id)).excluded_nodes) == {"node1", "node4"}  # what Slurm shows
+
+    cleared = await client.set_excluded_nodes(job.key, [], readmit=["node1", "node4"])
+    assert cleared.changed and (await client.get_job(job_id)).excluded_nodes == []
+    assert not (await client.set_excluded_nodes(job.key, [], readmit=["node2"])).changed  # never excluded
+    await client.cancel(job.key)
+
+
 async def test_release_without_a_hold_changes_nothing(client: SlurmClient, jobs: Jobs) -> None:
     job_id = jobs.submit(label="rel")
     job = await wait_job(client, job_id, running, what="RUNNING")
