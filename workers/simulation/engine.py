@@ -532,8 +532,10 @@ class _Run:
         self.result.rules[advice.rule] += 1
         self.history = self.history.record_outcome(verdict, advice, ended_at=self.at(decided), exit_code=exit_code)
         if is_restart(advice.action):
+            self.excluded.difference_update(advice.readmit_nodes)  # given back to make room (node limits, +readmit)
             self.excluded.update(advice.exclude_nodes)
-            self.history = self.history.note_excluded(advice.exclude_nodes).note_jobmedic_restart()
+            self.history = self.history.note_readmitted(advice.readmit_nodes).note_excluded(advice.exclude_nodes)
+            self.history = self.history.note_jobmedic_restart()
             return self._scheduler_start(decided + cfg.detect_to_action_s), advice.action.value, advice.rule, "jobmedic"
         # STOP (or any advice that is not a restart): the job stays as Slurm left it; a person takes over
         # and resubmits it as a new job, which starts a new history
