@@ -117,7 +117,13 @@ def choose_root_cause(b: SignalBuilder, evidence: JobEvidence) -> Choice:
     # 5. NCCL timeouts (they say who is waiting on whom), then hangs of the watchdog itself
     timeouts = [s for s in causes if s.category == Category.NCCL_TIMEOUT]
     if timeouts and not (sched[Category.TIME_LIMIT] and evidence.hang_suspected):
-        return _nccl_timeout_choice(b, timeouts, evidence)
+        choice = _nccl_timeout_choice(b, timeouts, evidence)
+        if job is not None and job.state == JobState.RUNNING and not log_failed:
+            # the collective timed out and nothing ended the job (the watchdog did not abort it): it hangs
+            choice.category = Category.HANG
+            choice.why = "; ".join(w for w in (
+                "a collective timed out and the job is still running: no process ended", choice.why) if w)
+        return choice
     hang = [s for s in causes if s.category == Category.HANG]
     recovered: set[int] = set()
     if hang and b.progressed_after(max(s.line_no or 0 for s in hang)):

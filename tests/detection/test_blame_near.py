@@ -64,3 +64,16 @@ def test_a_command_naming_one_job_node_makes_its_output_that_nodes():
     v = verdict_of("gpu_hardware-gke-xidcriticalerror-condition-g2a16")
     assert v.category == Category.GPU_HARDWARE
     assert v.implicated.hosts == ["gke-trn-a3-pool-5f1c02ab-q2mx"]
+
+
+def test_a_collective_timeout_in_a_job_still_running_is_a_hang():
+    """A desync report on a job Slurm shows RUNNING: the watchdog did not end it, the job hangs,
+    and the rank that never joined is the one it waits for."""
+    v = verdict_of("hang-desync-report-rank13-multinode-i3h08")
+    assert v.category == Category.HANG
+    assert 13 in v.implicated.ranks
+
+
+def test_a_collective_timeout_that_ended_the_job_stays_a_timeout():
+    v = verdict_of("nccl_timeout-old-watchdog-allreduce-n1a01")
+    assert v.category == Category.NCCL_TIMEOUT
