@@ -108,6 +108,7 @@ GONE_AFTER_POLLS = 3  # a job missing from this many listings in a row has left 
 KEEP_SAMPLES = 32  # progress times and rates kept per job (in its state row)
 IDLE_CHECK_EVERY_S = 60.0  # DCGM is asked about a job's GPUs at most this often
 KEEP_TIMINGS = 256  # per-rank timings kept per job during a slow run (in its state row)
+JOBS_AT_ONCE = 32  # jobs of one pass handled concurrently
 LISTING_REUSE_S = 1.0  # shards of one worker polling within this long of each other share one scheduler query
 TOUCH_EVERY_POLLS = 5000  # every row is rewritten this often, so pruning keeps only rows of jobs gone for good
 # per rank and timer, the newest timings the culprit is judged on: the read in which a slow run is first
@@ -334,17 +335,22 @@ class WatchActivities:
         self._remember_failures(state, [j for j in jobs if self._watched_environment(j)], now)
         failures = _FailureIndex(state.failures)
         beat = time.monotonic()
-        for job in jobs:
-            if shards > 1 and shard_of(job.job_id, shards) != shard:
-                continue
+        mine = [j for j in jobs if shards == 1 or shard_of(j.job_id, shards) == shard]
+
+        async def one(job: JobInfo) -> JobObservation | None:
             job.cluster = self._ctx.cluster
             try:
-                obs = await self._poll_job(state, job, now, listed, failures)
+                return await self._poll_job(state, job, now, listed, failures)
             except Exception as exc:  # noqa: BLE001 - one job's trouble must not blind the watch to the others
                 logger.opt(exception=exc).warning("watch of job {} failed this poll: {}", job.job_id, exc)
-                continue
-            if obs is not None:
-                sent.append(obs)
+                return None
+
+        # a few jobs at a time: their log reads and Temporal calls overlap (a first pass over 10,000 jobs is
+        # 10,000 signal-with-starts; one after the other they took minutes); each job's own state is its own
+        for start in range(0, len(mine), JOBS_AT_ONCE):
+            for obs in await asyncio.gather(*(one(j) for j in mine[start : start + JOBS_AT_ONCE])):
+                if obs is not None:
+                    sent.append(obs)
             if time.monotonic() - beat > HEARTBEAT_EVERY_S and activity.in_activity():
                 # a long poll must not look like a dead worker; what it signalled so far is saved
                 if keeper is not None:

@@ -17,7 +17,13 @@ watch. Per size:
   heartbeat sent now, and the per-action job read the old way (decode and convert the whole
   `squeue --json`) against the one-job read.
 
+`--real-slurm N`: the batched query against the real local Slurm (deploy/up.sh) with N queued
+jobs (submitted held, one sbatch each, all cancelled afterwards): `squeue --json` through the
+local runner and over SSH (the stack's sshd, host key checked), decode + convert time, and the
+per-action one-job read (`SlurmClient.get_job`) against the old whole-listing read.
+
 Usage: .venv/bin/python bench/scale.py [--jobs N] [--quick] [--seconds S] [--interval S] [--shards N]
+       .venv/bin/python bench/scale.py --real-slurm 2000
 --quick: 100 and 1,000 jobs, 45 s each (under three minutes). The last line is one JSON object.
 """
 
@@ -133,8 +139,67 @@ def run_size(jobs: int, args: argparse.Namespace, tmp: Path) -> dict:
         "legacy_fails": s["legacy_heartbeat_bytes"] > HEARTBEAT_LIMIT,
         "squeue_mb": s["squeue_bytes"] / 1e6, "read_all_s": s["read_all_s"], "read_one_s": s["read_one_s"],
         "squeue_calls": s["scheduler_commands"].get("squeue", 0),
-        "watch_failed": max(passes) > s["interval_s"] or s["detected"] < s["failures"],
+        # failed: no full pass, a pass longer than the interval, or a failure never detected
+        "watch_failed": not s["pass_s"] or max(passes) > s["interval_s"] or s["detected"] < s["failures"],
     }
+
+
+def real_slurm(count: int) -> dict:
+    """Time the batched query against the real local cluster with `count` held jobs, locally and over SSH."""
+    import asyncio
+
+    from adapters.slurm.client import SlurmClient
+    from adapters.slurm.parse import parse_squeue_json
+    from adapters.slurm.runner import LocalRunner, SshRunner
+
+    slurm = json.loads(Path("/tmp/jobmedic-stack/slurm.json").read_text())
+    ssh = json.loads(Path("/tmp/jobmedic-stack/ssh.json").read_text())
+    env = {**os.environ, "SLURM_CONF": slurm["slurm_conf"]}
+    comment = json.dumps({"jobmedic": {"environment": "bench", "mode": "observe"}})
+    ids: list[str] = []
+    t0 = time.time()
+    try:
+        for i in range(count):
+            done = subprocess.run(["sbatch", "--parsable", "--hold", f"--job-name=jm-scale-{i}", f"--comment={comment}",
+                                   "--output=/dev/null", "--wrap", "sleep 1"], env=env, capture_output=True, text=True,
+                                  check=True, timeout=30)
+            ids.append(done.stdout.strip().split(";")[0])
+        submit_s = time.time() - t0
+
+        async def measure(runner) -> dict:
+            client = SlurmClient(runner, cluster="lab", timeout=120)
+            await client.list_jobs()  # connect (SSH) and warm up
+            q = []
+            for _ in range(3):
+                t = time.perf_counter()
+                result = await runner.run(["squeue", "--json"], timeout=120)
+                q.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            listed = parse_squeue_json(result.stdout)
+            parse_s = time.perf_counter() - t
+            t = time.perf_counter()
+            old = [j for j in await client.list_jobs(opted_in_only=False) if j.job_id == ids[len(ids) // 2]]
+            old_s = time.perf_counter() - t
+            t = time.perf_counter()
+            one = await client.get_job(ids[len(ids) // 2])
+            one_s = time.perf_counter() - t
+            assert old and old[0].job_id == one.job_id
+            await client.close()
+            return {"listed": len(listed), "bytes": len(result.stdout), "query_s": statistics.median(q),
+                    "parse_s": parse_s, "read_all_s": old_s, "read_one_s": one_s}
+
+        local = asyncio.run(measure(LocalRunner({"SLURM_CONF": slurm["slurm_conf"]})))
+        remote = asyncio.run(measure(SshRunner(ssh["host"], port=ssh["port"], user=ssh["user"], key_file=ssh["key_file"],
+                                               known_hosts=ssh["known_hosts"], env={"SLURM_CONF": slurm["slurm_conf"]})))
+    finally:
+        for start in range(0, len(ids), 500):
+            subprocess.run(["scancel", *ids[start:start + 500]], env=env, capture_output=True, timeout=120)
+    print(f"real Slurm, {count} held jobs queued (submitted in {submit_s:.0f} s, all cancelled afterwards)")
+    print_table(["runner", "jobs listed", "squeue --json MB", "query s (median of 3)", "decode+convert s",
+                 "job read, old (whole listing) s", "job read, now (one job) s"],
+                [[name, m["listed"], m["bytes"] / 1e6, m["query_s"], m["parse_s"], m["read_all_s"], m["read_one_s"]]
+                 for name, m in (("local", local), ("ssh", remote))])
+    return {"queued": count, "local": local, "ssh": remote}
 
 
 def main() -> None:
@@ -145,7 +210,14 @@ def main() -> None:
     p.add_argument("--interval", type=float, default=15.0, help="poll interval (the default setting)")
     p.add_argument("--shards", type=int, default=4, help="watch shards (the default setting)")
     p.add_argument("--failures-per-min", type=float, default=6.0)
+    p.add_argument("--real-slurm", type=int, metavar="N", help="only the batched query against real Slurm, N jobs queued")
     args = p.parse_args()
+    if args.real_slurm:
+        figures = real_slurm(args.real_slurm)
+        local = figures["local"]
+        emit_json({"jobs": args.real_slurm, "pass_s": local["query_s"] + local["parse_s"], "interval_s": args.interval,
+                   "detect_p95_s": None, "watch_failed": False, "real_slurm": figures})
+        return
     sizes = [args.jobs] if args.jobs else ([100, 1000] if args.quick else [100, 1000, 10_000])
     args.seconds = args.seconds or (45.0 if args.quick else 120.0)
     with tempfile.TemporaryDirectory(prefix="jm-scale-") as tmp:
