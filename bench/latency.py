@@ -117,10 +117,12 @@ def _hook(lab: Path, name: str, config: Path, argv: str) -> Path:
     return path
 
 
-def _private_lab(tmp: Path, config: Path, *, events: bool, nodes: int, cpus: int) -> Lab:
-    """deploy/slurm/up.sh with a lab dir and ports of its own; with `events`, the hooks wired."""
+def _private_lab(tmp: Path, config: Path, *, events: bool, nodes: int, cpus: int, slot: int) -> Lab:
+    """deploy/slurm/up.sh with a lab dir and ports of its own; with `events`, the hooks wired.
+    `slot` N > 0: another dir and ports (+N*100), so two runs of one kind of lab can overlap."""
     lab_dir, ctld_port, base_port = PRIVATE_LABS[events]
-    lab = Path(lab_dir)
+    lab = Path(lab_dir + (f"-{slot}" if slot else ""))
+    ctld_port, base_port = ctld_port + 100 * slot, base_port + 100 * slot
     stack = tmp / "stack"
     env = {**os.environ, "JOBMEDIC_STACK_DIR": str(stack), "JOBMEDIC_SLURM_LAB": str(lab),
            "JOBMEDIC_SLURM_NODES": str(nodes), "JOBMEDIC_SLURM_CPUS": str(cpus), "JOBMEDIC_SLURM_CTLD_PORT": str(ctld_port),
@@ -279,10 +281,11 @@ async def _one(sc: Scenario, lab: Lab, kind: str, index: int, *, hang_floor: flo
     iterations, step_s, fail_at = (60 if kind != "dead-node" else 400), 0.1, 25
     if kind == "hang" and learned_hang:
         # The watch learns a job's hang bound from the intervals between the progress it sees (one
-        # observation a poll); with fewer than 5 of them it uses the 1800 s default. So the hang job trains
-        # ~100 s (5 s a step, ~7 polls) before it hangs: the bound is then 5 x the usual interval, at least
-        # the 300 s floor. A job that hangs 2.5 s after it starts would wait 1800 s.
-        step_s, fail_at = 5.0, 21
+        # observation a poll, intervals spanning a checkpoint save apart); with fewer than 5 it uses the
+        # 1800 s default. So the hang job trains ~200 s (5 s a step, ~13 polls, 4 spanning a save) before
+        # it hangs: the bound is then 5 x the usual interval, at least the 300 s floor. A job that hangs
+        # 2.5 s in (the old shape) or ~100 s in (fail_at 21: ~4 intervals) waits 1800 s.
+        step_s, fail_at = 5.0, 41
     # a killed node kills every job step on it: the dead-node job has its node to itself
     job_id = submit_training(workdir, environment=sc.environment, plan=PLANS[kind], nodes=nodes,
                              iterations=iterations, iteration_seconds=step_s, fail_at=fail_at,
@@ -381,7 +384,8 @@ async def main_async(args: argparse.Namespace) -> dict:
     if args.events or args.private_lab:
         subprocess.run(["bash", str(ROOT / "deploy" / "up.sh"), "temporal"], check=True, capture_output=True,
                        timeout=600)
-        lab = _private_lab(tmp, sc.config_path, events=args.events, nodes=args.lab_nodes, cpus=args.lab_cpus)
+        lab = _private_lab(tmp, sc.config_path, events=args.events, nodes=args.lab_nodes, cpus=args.lab_cpus,
+                           slot=args.lab_slot)
     else:
         lab = _shared_lab()
     os.environ["SLURM_CONF"] = str(lab.conf)  # sbatch/scontrol here and the worker's Slurm adapter
@@ -439,7 +443,7 @@ async def _measure(args: argparse.Namespace, sc: Scenario, lab: Lab, hang_floor:
     print(f"\ndetection: {lab.describe()}")
     print(f"{len(runs)} failures in {elapsed:.0f} s, {args.parallel} at once; poll interval {args.poll_interval_s:g} s, "
           f"hang floor {hang_floor:g} s" + (" (floor and default bound lowered for --quick; the hang job hangs "
-          "2.5 s in)" if args.quick else " (a hang job trains ~100 s, 5 s a step, before it hangs)"))
+          "2.5 s in)" if args.quick else " (a hang job trains ~200 s, 5 s a step, before it hangs)"))
     print(f"{'kind':<14}{'figure':<24}{'p50':>8}{'p95':>8}{'max':>8}")
     for kind, figs in table.items():
         for name, s in figs.items():
@@ -487,6 +491,8 @@ def main(argv: list[str] | None = None) -> int:
     where.add_argument("--private-lab", action="store_true",
                        help="a private lab without the hooks (poll only), instead of the shared lab")
     parser.add_argument("--lab-nodes", type=int, default=4, help="nodes of a private lab (default 4, as the shared lab)")
+    parser.add_argument("--lab-slot", type=int, default=0, choices=range(0, 5),
+                        help="a private lab's dir suffix and port offset (x100), to run two at once")
     parser.add_argument("--lab-cpus", type=int, default=4,
                         help="CPUs per node of a private lab (default 4, as the shared lab); a 2-node job takes 2 a node")
     parser.add_argument("--per-kind", type=int, default=20, help="failures per kind (default 20)")
