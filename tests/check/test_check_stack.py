@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from adapters.audit.migrations import LATEST_VERSION
 from adapters.audit.store import AuditStore
 from adapters.slurm.parse import load_document
 from tests.check.conftest import PrivateSlurm, finding, run_check, write_config
@@ -160,7 +161,8 @@ def test_audit_store_not_migrated_warns(good_slurm: PrivateSlurm, temporal_serve
     code, found = run_check(write_config(tmp_path, slurm_conf=good_slurm.conf), capsys)
     assert code == 0
     schema = finding(found, "audit.schema")
-    assert schema["status"] == "WARN" and "schema version 1, this jobmedic's is 2" in schema["message"]
+    assert schema["status"] == "WARN", schema
+    assert f"schema version 1, this jobmedic's is {LATEST_VERSION}" in schema["message"], schema
 
 
 # --------------------------------------------------------------------------- Temporal
