@@ -102,8 +102,12 @@ def run() -> None:
     (exit 134) after the command already succeeded.
     """
     code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:  # None when started with the descriptor closed (slurmctld's strigger programs)
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass  # a closed or broken pipe: nothing left to tell, the exit code still stands
     os._exit(code)
 
 

@@ -146,3 +146,22 @@ def test_a_hung_temporal_costs_slurmctld_at_most_the_timeout(tmp_path: Path, bla
     strict, took = run_notify(tmp_path, "node-down", "node1", "--timeout-s", "1", "--strict", address=black_hole)
     assert strict.returncode == 1
     assert took < 3.0
+
+
+def test_stdout_and_stderr_closed_as_strigger_starts_it(tmp_path: Path) -> None:
+    """slurmctld starts trigger programs with stdout and stderr closed: Python then has no sys.stdout, and
+    flushing it must not turn a sent notification into exit 1."""
+    import os
+
+    cfg = tmp_path / "notify.toml"
+    cfg.write_text('[temporal]\naddress = "127.0.0.1:1"\n\n[[clusters]]\nname = "c1"\n')
+
+    def close_streams() -> None:
+        os.close(1)
+        os.close(2)
+
+    proc = subprocess.run(
+        [JOBMEDIC, "--config", str(cfg), "notify", "node-down", "node1"], env={}, stdin=subprocess.DEVNULL,
+        preexec_fn=close_streams, timeout=30,
+    )
+    assert proc.returncode == 0
