@@ -7,24 +7,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import json
-from pathlib import Path
 
-from activities.detection.catalogue import load_catalogue
 from workflows.contracts import Category
 
-ROOT = Path(__file__).resolve().parents[2]
-TUNE = ROOT / "tests" / "corpus" / "real" / "tune"
-_spec = importlib.util.spec_from_file_location("bench_attribution_near", ROOT / "bench" / "attribution.py")
-BENCH = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(BENCH)
-CATALOGUE = load_catalogue()
+from tests.detection.real_cases import verdict_of
 
-
-def verdict_of(name: str):
-    side = json.loads((TUNE / f"{name}.expected.json").read_text())
-    return BENCH.run_case(TUNE / f"{name}.log", side, catalogue=CATALOGUE)
 
 
 def test_ray_actor_dead_block_names_the_dead_node_by_address_not_the_reporting_raylet():

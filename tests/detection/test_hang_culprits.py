@@ -2,25 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import json
-from pathlib import Path
 
-from activities.detection.catalogue import load_catalogue
 from activities.detection.verdict import attribute
 from workflows.contracts import Category, JobEvidence, JobInfo, JobState, TaskLayout
 
-ROOT = Path(__file__).resolve().parents[2]
-TUNE = ROOT / "tests" / "corpus" / "real" / "tune"
-_spec = importlib.util.spec_from_file_location("bench_attribution_hangs", ROOT / "bench" / "attribution.py")
-BENCH = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(BENCH)
-CATALOGUE = load_catalogue()
+from tests.detection.real_cases import CATALOGUE, verdict_of
 
-
-def verdict_of(name: str, *, log_only: bool = False):
-    side = json.loads((TUNE / f"{name}.expected.json").read_text())
-    return BENCH.run_case(TUNE / f"{name}.log", side, catalogue=CATALOGUE, log_only=log_only)
 
 
 def running(lines: list[str], nodes: list[str], per_node: int) -> JobEvidence:

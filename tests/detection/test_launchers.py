@@ -3,24 +3,16 @@ they let the verdict name. Every excerpt here is in tests/corpus/real/tune/."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
 from activities.detection.analyze import evidence_for, parse_layout, scan_stream
-from activities.detection.catalogue import load_catalogue
 from activities.detection.launchers import bus_id_pci, launcher_report, nccl_process, task_ids
 from activities.detection.signals import SignalBuilder
 from activities.detection.verdict import parse_context
 
-ROOT = Path(__file__).resolve().parents[2]
-TUNE = ROOT / "tests" / "corpus" / "real" / "tune"
-_spec = importlib.util.spec_from_file_location("bench_attribution_launchers", ROOT / "bench" / "attribution.py")
-BENCH = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(BENCH)
-CATALOGUE = load_catalogue()
+from tests.detection.real_cases import BENCH, CATALOGUE, TUNE, verdict_of
 
 
 def line_of(name: str, needle: str) -> tuple[int, str]:
@@ -30,10 +22,6 @@ def line_of(name: str, needle: str) -> tuple[int, str]:
             return n, parse_context(line).text
     raise AssertionError(f"{needle!r} not in {name}")
 
-
-def verdict_of(name: str):
-    side = json.loads((TUNE / f"{name}.expected.json").read_text())
-    return BENCH.run_case(TUNE / f"{name}.log", side, catalogue=CATALOGUE)
 
 
 # ----------------------------------------------------------------------------- the readers

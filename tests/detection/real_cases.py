@@ -1,0 +1,31 @@
+"""The real-format tune excerpts as the detection tests read them: one loader for every test file.
+
+`verdict_of(name)` runs a tune case through `bench/attribution.py`'s own `run_case` (the
+benchmark's way of building the job's context from the sidecar), so a test and the
+benchmark judge a case the same way. Holdout cases are never read here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+from activities.detection.catalogue import load_catalogue
+
+ROOT = Path(__file__).resolve().parents[2]
+TUNE = ROOT / "tests" / "corpus" / "real" / "tune"
+_spec = importlib.util.spec_from_file_location("bench_attribution_cases", ROOT / "bench" / "attribution.py")
+assert _spec is not None and _spec.loader is not None
+BENCH = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(BENCH)
+CATALOGUE = load_catalogue()
+
+
+def sidecar(name: str) -> dict:
+    return json.loads((TUNE / f"{name}.expected.json").read_text())
+
+
+def verdict_of(name: str, *, log_only: bool = False):
+    """The verdict on tune case `name`, with the job's Slurm facts (or, `log_only`, the log alone)."""
+    return BENCH.run_case(TUNE / f"{name}.log", sidecar(name), catalogue=CATALOGUE, log_only=log_only)
