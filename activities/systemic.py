@@ -44,26 +44,25 @@ _TOKEN = re.compile(r"(\w+)=(\S*)")
 MAX_RUNS = 500
 
 
-def parse_topology(text: str) -> dict[str, list[str]]:
-    """`scontrol show topology` -> {"switch:<name>": nodes} (switches with nodes only)."""
+def _domains(text: str, *, name_field: str, prefix: str) -> dict[str, list[str]]:
+    """`scontrol show ... -o`-style lines -> {prefix + name: nodes}, for entries that have nodes."""
     domains: dict[str, list[str]] = {}
     for line in text.splitlines():
         fields = dict(_TOKEN.findall(line))
-        name, nodes = fields.get("SwitchName"), fields.get("Nodes")
+        name, nodes = fields.get(name_field), fields.get("Nodes")
         if name and nodes and nodes != "(null)":
-            domains[f"switch:{name}"] = expand(nodes)
+            domains[f"{prefix}{name}"] = expand(nodes)
     return domains
+
+
+def parse_topology(text: str) -> dict[str, list[str]]:
+    """`scontrol show topology` -> {"switch:<name>": nodes} (switches with nodes only)."""
+    return _domains(text, name_field="SwitchName", prefix="switch:")
 
 
 def parse_partitions(text: str) -> dict[str, list[str]]:
     """`scontrol show partition -o` -> {"partition:<name>": nodes}."""
-    domains: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        fields = dict(_TOKEN.findall(line))
-        name, nodes = fields.get("PartitionName"), fields.get("Nodes")
-        if name and nodes and nodes != "(null)":
-            domains[f"{PARTITION_PREFIX}{name}"] = expand(nodes)
-    return domains
+    return _domains(text, name_field="PartitionName", prefix=PARTITION_PREFIX)
 
 
 class SlurmForGuard(Protocol):
