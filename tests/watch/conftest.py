@@ -27,3 +27,11 @@ def state_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
     with admin.begin() as conn:
         conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
     admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def screen():  # noqa: ANN201 - activities.screening.LogScreen
+    """The catalogue's screener, compiled once for every watch test."""
+    from activities.screening import LogScreen
+
+    return LogScreen()

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
-
 from activities.screening import LogScreen
 from tests.watch.test_watch_hang import POLL_S, running_job, start
 from workflows.messages import ObservationReason
@@ -18,11 +16,6 @@ from workflows.messages import ObservationReason
 MEGATRON = (" [2026-11-29 12:00:00] iteration {i:8d}/  100000 | consumed samples: {s:12d} | "
             "elapsed time per iteration (ms): 980.0 | learning rate: 1.500E-04 | lm loss: 2.5E+00 |")
 FATAL = "[rank3]: RuntimeError: CUDA error: an illegal memory access was encountered"
-
-
-@pytest.fixture(scope="module")
-def screen() -> LogScreen:
-    return LogScreen()
 
 
 def progress(i: int) -> str:

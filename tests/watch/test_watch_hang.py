@@ -83,11 +83,6 @@ class Audit:
         return True
 
 
-@pytest.fixture(scope="module")
-def screen() -> LogScreen:
-    return LogScreen()
-
-
 @dataclass
 class Run:
     watch: WatchActivities

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
 
 from activities.screening import LogScreen
 from activities.watch import WatchActivities, WatchContext, WatchState
@@ -27,6 +26,7 @@ from tests.logs.test_victorialogs import FakeVictoriaLogs
 from tests.watch.test_watch_hang import T0, Listing, Temporal
 from workflows.contracts import EventType, JobInfo, JobKey, JobState, OptIn, OptInResult, Stream
 from workflows.messages import JobRecoveryInput, ObservationReason
+from tests.watch.fakes import RecordingAudit
 
 POLL_S = 10
 NCCL_IB = ("node2:20514:20671 [3] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer "
@@ -34,20 +34,6 @@ NCCL_IB = ("node2:20514:20671 [3] transport/net_ib.cc:1696 NCCL WARN NET/IB : Go
            "remoteGidsfe80::ba59:9f03:14:5e1e hca mlx5_3")
 MEGATRON = (" [2026-11-29 12:00:00] iteration {i:8d}/  100000 | consumed samples: {s:12d} | "
             "elapsed time per iteration (ms): 980.0 | learning rate: 1.500E-04 | lm loss: 2.5E+00 |")
-
-
-class Audit:
-    def __init__(self) -> None:
-        self.entries = []
-
-    def record(self, entry) -> bool:  # noqa: ANN001
-        self.entries.append(entry)
-        return True
-
-
-@pytest.fixture(scope="module")
-def screen() -> LogScreen:
-    return LogScreen()
 
 
 def job(job_id: str) -> JobInfo:
@@ -66,7 +52,7 @@ def watch_over(screen: LogScreen, source: StoreLogSource, jobs: list[JobInfo], n
         cluster="c1", environment="prod", main_queue="m", scheduler_queue="q", recovery_input=recovery_input,
         hang_bound_s=lambda normal, ckpt: hang_bound(normal, ckpt, floor_s=60.0, ceiling_s=600.0, default_s=120.0),
     )
-    temporal, audit = Temporal(), Audit()
+    temporal, audit = Temporal(), RecordingAudit()
     watch = WatchActivities(context=ctx, slurm=Listing(jobs), logs=source, screen=screen, client=temporal,  # type: ignore[arg-type]
                             audit=audit, clock=lambda: now[0])
     return watch, temporal, audit

@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-import pytest
 
 from activities.screening import LogScreen
 from activities.watch import GONE_AFTER_POLLS, WatchActivities, WatchContext, WatchState
 from workflows.contracts import JobInfo, JobKey, JobState, LogCursor, OptIn, OptInResult
 from workflows.messages import JobRecoveryInput, ObservationReason
+from tests.watch.fakes import RecordingAudit
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 
@@ -66,20 +66,6 @@ class Temporal:
         return Handle()
 
 
-class Audit:
-    def __init__(self) -> None:
-        self.entries = []
-
-    def record(self, entry) -> bool:
-        self.entries.append(entry)
-        return True
-
-
-@pytest.fixture(scope="module")
-def screen() -> LogScreen:
-    return LogScreen()
-
-
 def make(listing: Listing, logs: Logs, temporal: Temporal, screen: LogScreen, clock) -> WatchActivities:
     def recovery_input(j: JobInfo, key: JobKey) -> JobRecoveryInput:
         return JobRecoveryInput(key=key, opt_in=j.opt_in.opt_in, scheduler_queue="q")
@@ -89,7 +75,7 @@ def make(listing: Listing, logs: Logs, temporal: Temporal, screen: LogScreen, cl
         recovery_input=recovery_input, hang_bound_s=lambda intervals, checkpoints: 3600.0, systemic_window_s=60.0,
     )
     return WatchActivities(context=ctx, slurm=listing, logs=logs, screen=screen, client=temporal,  # type: ignore[arg-type]
-                           audit=Audit(), clock=clock)
+                           audit=RecordingAudit(), clock=clock)
 
 
 async def test_a_long_listed_failure_is_counted_once_however_long_it_stays(screen: LogScreen) -> None:

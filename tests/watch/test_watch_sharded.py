@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-import pytest
 
 from activities.screening import LogScreen
 from activities.watch import WatchActivities, WatchContext, WatchState, _FailureIndex
@@ -24,6 +23,7 @@ from adapters.logs.files import LocalFileLogSource
 from adapters.slurm.parse import SkippedRecord, SqueueListing
 from workflows.contracts import EventType, JobInfo, JobKey, JobState, OptIn, OptInResult
 from workflows.messages import JobRecoveryInput, ObservationReason
+from tests.watch.fakes import RecordingAudit
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 CRASH = "RuntimeError: CUDA error: an illegal memory access was encountered"
@@ -62,21 +62,7 @@ class Temporal:
         raise AssertionError("no job leaves the listing in these tests")
 
 
-class Audit:
-    def __init__(self) -> None:
-        self.entries: list = []
-
-    def record(self, entry) -> bool:
-        self.entries.append(entry)
-        return True
-
-
-@pytest.fixture(scope="module")
-def screen() -> LogScreen:
-    return LogScreen()
-
-
-def make(listing: Listing, temporal: Temporal, screen: LogScreen, audit: Audit, store: AuditStore | None,
+def make(listing: Listing, temporal: Temporal, screen: LogScreen, audit: RecordingAudit, store: AuditStore | None,
          clock=lambda: T0) -> WatchActivities:
     def recovery_input(j: JobInfo, key: JobKey) -> JobRecoveryInput:
         return JobRecoveryInput(key=key, opt_in=j.opt_in.opt_in, scheduler_queue="q")
@@ -115,7 +101,7 @@ async def test_shards_split_the_jobs_and_a_restarted_watch_resumes_every_cursor(
             await watch.poll_once(state, shard=shard, shards=shards, keeper=keeper)
 
     first = Temporal()
-    watch = make(listing, first, screen, Audit(), store)
+    watch = make(listing, first, screen, RecordingAudit(), store)
     keepers = [ShardKeeper(store, cluster="c1", shard=s, shards=shards) for s in range(shards)]
     states = [WatchState.model_validate(await k.load()) for k in keepers]
     await one_pass(watch, keepers, states)
@@ -129,7 +115,7 @@ async def test_shards_split_the_jobs_and_a_restarted_watch_resumes_every_cursor(
     for i in range(30):
         write(tmp_path / f"out-{i}.txt", ["iteration 4/1000 | loss 1.9", CRASH])
     second = Temporal()
-    watch = make(listing, second, screen, Audit(), store)
+    watch = make(listing, second, screen, RecordingAudit(), store)
     keepers = [ShardKeeper(store, cluster="c1", shard=s, shards=shards) for s in range(shards)]
     states = [WatchState.model_validate(await k.load()) for k in keepers]
     assert sum(len(s.jobs) for s in states) == 30
@@ -146,7 +132,7 @@ async def test_a_pass_writes_only_the_rows_that_changed(tmp_path: Path, screen) 
     write(quiet, ["iteration 1/10 | loss 1"])
     write(busy, ["iteration 1/10 | loss 1"])
     listing = Listing([job("1", quiet), job("2", busy)])
-    watch = make(listing, Temporal(), screen, Audit(), store)
+    watch = make(listing, Temporal(), screen, RecordingAudit(), store)
     keeper = ShardKeeper(store, cluster="c1")
     state = WatchState()
     await watch.poll_once(state, keeper=keeper)
@@ -164,7 +150,7 @@ async def test_the_heartbeat_stays_small_with_thousands_of_jobs(tmp_path: Path, 
         out = tmp_path / f"o{i}"
         write(out, ["iteration 1/100 | loss 3.0 | elapsed time per iteration (ms): 900.1"])
         jobs.append(job(str(5000 + i), out))
-    watch = make(Listing(jobs), Temporal(), screen, Audit(), store)
+    watch = make(Listing(jobs), Temporal(), screen, RecordingAudit(), store)
     keeper = ShardKeeper(store, cluster="c1")
     state = WatchState()
     await watch.poll_once(state, keeper=keeper)
@@ -180,7 +166,7 @@ async def test_an_unreadable_record_is_skipped_and_audited_once_and_the_others_a
     write(out, [CRASH])
     bad = SkippedRecord(reason="a job entry has no job_id", excerpt='{"name": "x"}')
     listing = Listing([job("7", out)], skipped=[bad])
-    audit, temporal = Audit(), Temporal()
+    audit, temporal = RecordingAudit(), Temporal()
     watch = make(listing, temporal, screen, audit, None)
     state = WatchState()
     await watch.poll_once(state)
@@ -195,7 +181,7 @@ async def test_a_fifo_as_output_file_is_refused_without_blocking_the_watch(tmp_p
     os.mkfifo(fifo)
     write(good, [CRASH])
     temporal = Temporal()
-    watch = make(Listing([job("1", fifo), job("2", good)]), temporal, screen, Audit(), None)
+    watch = make(Listing([job("1", fifo), job("2", good)]), temporal, screen, RecordingAudit(), None)
     started = time.monotonic()
     await watch.poll_once(WatchState())
     assert time.monotonic() - started < 5  # an open() of the FIFO would wait for a writer for ever

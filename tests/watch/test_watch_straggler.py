@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from activities.screening import LogScreen
-from tests.watch.test_watch_hang import OUT, running_job, screen, start  # noqa: F401 - screen is a fixture
+from tests.watch.test_watch_hang import OUT, running_job, start
 from workflows.contracts import OptIn, OptInResult, Stream, TaskLayout
 from workflows.messages import ObservationReason
 
