@@ -2,8 +2,8 @@
 
 Pure code. Hosts come from the lines that condemn a device, the far end of a failed link (or the
 end that lost several), a node-local mount, torchrun's first failed worker, the node the
-cluster-wide view saw fail other jobs; ranks from the crashing processes; a GPU only on a
-blamed node.
+cluster-wide view saw fail other jobs; ranks from the crashing processes; a GPU only as faulty
+hardware, on a blamed node.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def implicate(
         elif s.rank is None and "task_ids" in s.fields and cat not in (Category.NCCL_TIMEOUT, Category.HANG):
             # "srun: error: node3: tasks 5-7: Out Of Memory": Slurm's task ids are the ranks
             ranks.update(int(t) for t in s.fields["task_ids"].split(","))
-        if s.gpu and cat in (Category.GPU_HARDWARE, Category.CUDA_ERROR, Category.GPU_OOM, Category.INTERCONNECT):
+        if s.gpu and gpu_at_fault(cat, domain):
             gpus.add(s.gpu)
     if cat == Category.CUDA_ERROR and not hosts and domain != FaultDomain.APPLICATION:
         # a CUDA error is the code's unless the driver logged an Xid on that host too: then suspect the GPU
@@ -249,6 +249,13 @@ def _local_mount(sigs: list[Signal], b: SignalBuilder) -> set[str]:
     if len(seen) != 1:
         return set()
     return seen
+
+
+def gpu_at_fault(cat: Category, domain: FaultDomain) -> bool:
+    """Whether the GPUs the evidence names are suspects: a GPU is named only as faulty hardware. An OOM, a
+    CUDA error of the code or a failed network transfer happens on some device, which says nothing against it."""
+    return cat == Category.GPU_HARDWARE or (cat in (Category.CUDA_ERROR, Category.INTERCONNECT)
+                                            and domain == FaultDomain.HARDWARE)
 
 
 def implicates_hosts(cat: Category, domain: FaultDomain) -> bool:
