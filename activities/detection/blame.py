@@ -82,8 +82,10 @@ def implicate(
     if root is not None and cat not in (Category.NCCL_TIMEOUT, Category.HANG, Category.PREEMPTED, Category.TIME_LIMIT):
         if not hosts and root[0] and implicates_hosts(cat, domain):
             hosts.add(root[0])
-        if root[1] is not None and not ranks:
-            ranks.add(root[1])  # torchrun's first observed failure: the rank that went first
+        if root[1] is not None and not ranks and (not hosts or not root[0] or root[0] in hosts):
+            # torchrun's first observed failure: the rank that went first; on a blamed node when nodes are
+            # blamed (a worker elsewhere that lost its peer went first only because it noticed first)
+            ranks.add(root[1])
     failed = b.first_failed()
     if failed is not None and cat not in (Category.NCCL_TIMEOUT, Category.HANG, Category.PREEMPTED,
                                           Category.TIME_LIMIT):

@@ -13,7 +13,8 @@ or None. The formats, as the tools have printed them for years:
 - DeepSpeed's launcher (`deepspeed.launcher.launch`, sigkill_handler):
   `[... launch.py:321:sigkill_handler] ['python', '-u', 'train.py', '--local_rank=3', ...] exits with return code = 1`:
   the worker's *local* rank, and its exit code.
-- A shell session pasted into the output (bash's default `user@host:dir$` / `#` prompt, `$ ssh HOST cmd`):
+- A shell session pasted into the output (bash's default `user@host:dir$` / `#` prompt, the RHEL/Rocky
+  default `[user@host dir]$`, `$ ssh HOST cmd`):
   the lines after a prompt, up to the next one, were printed on that host.
 - NCCL INFO (2.4-2.2x), per communicator of each process:
   `HOST:PID:TID [DEV] NCCL INFO comm 0x55d1e3a0 rank 2 nranks 4 cudaDev 2 busId 3b000 - Init COMPLETE`
@@ -42,8 +43,10 @@ _NCCL_COMM = re.compile(
     r"(?:ncclCommInit[A-Za-z]{0,12} )?comm 0x[0-9a-fA-F]{1,16} rank (?P<rank>[0-9]{1,7}) nranks (?P<nranks>[0-9]{1,7}) "
     r"cudaDev (?P<cuda_dev>[0-9]{1,3})(?: nvmlDev [0-9]{1,3})? busId (?P<bus>[0-9a-fA-F]{1,8})"
 )
-# a pasted terminal session: "root@gpu-node07:~# dmesg -T", "user@host:/path$ cmd", "$ ssh gpua11 nvidia-smi"
+# a pasted terminal session: "root@gpu-node07:~# dmesg -T", "user@host:/path$ cmd", "[root@mi300-vm-3 ~]# rdma link"
+# (bash's PS1 on RHEL and its rebuilds, what most clusters run), "$ ssh gpua11 nvidia-smi"
 _PROMPT = re.compile(r"^(?:[A-Za-z0-9_.-]{1,32}@(?P<host>[A-Za-z0-9][A-Za-z0-9._-]{0,62}):[^\s#$]{0,200}[#$]"
+                     r"|\[[A-Za-z0-9_.-]{1,32}@(?P<rhel>[A-Za-z0-9][A-Za-z0-9._-]{0,62})(?: [^\]\s]{1,200})?\][#$]"
                      r"|[#$] ssh (?:-[A-Za-z]+ [^ ]+ )*(?P<ssh>[A-Za-z0-9][A-Za-z0-9._-]{0,62}) [^ ])")
 MAX_IDS = 64
 
@@ -55,7 +58,7 @@ def prompt_host(line: str) -> str | None:
     m = _PROMPT.match(line.lstrip())
     if not m:
         return None
-    return m.group("host") or m.group("ssh")
+    return m.group("host") or m.group("rhel") or m.group("ssh")
 
 
 @dataclass(frozen=True)
