@@ -73,6 +73,13 @@ def implicate(
             else:
                 hosts |= set(blamed)
             choice.why = (choice.why + "; " if choice.why else "") + why
+    if cat == Category.INTERCONNECT and not hosts:
+        # a port a node's own tool shows down (ibstat, ibv_devinfo, rdma link) is that node's NIC or cable;
+        # the transfer errors on the other nodes are what its peers saw of it
+        down = {s.host for s in sigs if s.pattern_id in _PORT_DOWN and s.host}
+        if len(down) == 1:
+            hosts |= down
+            choice.why = (choice.why + "; " if choice.why else "") + f"{next(iter(down))} shows its own port down"
     if cat == Category.INTERCONNECT and hosts and "far end" not in choice.why:
         far = [s for s in sigs if s.host in hosts and s.fields.get("peer") and s.host_from == "message"]
         if far:
@@ -106,9 +113,9 @@ def implicate(
                 f"{repeat[0]} failed {evidence.node_failure_counts[repeat[0]]} other jobs recently")
     if cat == Category.INTERCONNECT and not hosts:
         # a transport error with no peer in it is the reporter's own NIC (RC: -22 opening its endpoint);
-        # when a single node reports them, it is the one
+        # when a single node of three or more reports them, it is the one (of two, its one peer is as suspect)
         local = {s.host for s in sigs if s.host and not s.peers and s.host_from in ("prefix", "layout")}
-        if len(local) == 1 and (len(b.job_hosts) > 1 or not b.job_hosts):
+        if len(local) == 1 and (len(b.job_hosts) > 2 or not b.job_hosts):
             hosts |= local
             choice.why = (choice.why + "; " if choice.why else "") + (
                 f"only {next(iter(local))} reports the transport failing, naming no peer")
@@ -196,6 +203,7 @@ def _gpu_near(b: SignalBuilder, sigs: list[Signal]) -> set[str]:
     return set()
 
 
+_PORT_DOWN = {"ib_port_state_down"}
 _IB_LOCAL_STATUS = {"1", "2", "3", "4", "8"}  # ibv_wc_status LOC_LEN, LOC_QP_OP, LOC_EEC_OP, LOC_PROT, MW_BIND
 
 

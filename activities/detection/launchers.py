@@ -5,8 +5,8 @@ or None. The formats, as the tools have printed them for years:
 
 - Slurm `srun` (17.x-24.x), one line per group of tasks when a step ends:
   `srun: error: HOST: task 3: Exited with exit code 1`, `...: tasks 8,12: Killed`,
-  `...: tasks 0-7: Terminated`. `Terminated` is srun ending the rest after the first failure;
-  every other status (an exit code, `Killed`, `Aborted`, `Segmentation fault`, `Bus error`,
+  `...: tasks 0-7: Terminated`, `...: task 21: Aborted (core dumped)`. `Terminated` is srun ending
+  the rest after the first failure; every other status (an exit code, `Killed`, `Aborted`, `Segmentation fault`, `Bus error`,
   `Out Of Memory`) is the task's own end.
 - Open MPI / PRRTE (1.x-5.x): `mpirun noticed that process rank 34 with PID 118402 on node cn-c17
   exited on signal 6 (Aborted).` (`prterun noticed ...` in 5.x).
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 _SRUN_TASKS = re.compile(
     r"srun: error: (?P<host>[A-Za-z0-9._-]{1,63}): tasks? (?P<tasks>[0-9][0-9,-]{0,200}): (?P<status>[A-Za-z][A-Za-z ]{1,40}?"
-    r"(?: [0-9]{1,3})?)\s*$"
+    r"(?: [0-9]{1,3})?)(?: \(core dumped\))?\s*$"
 )
 _MPI_NOTICED = re.compile(
     r"(?:mpirun|mpiexec|prterun|orterun) noticed that process rank (?P<rank>[0-9]{1,7}) with PID [0-9]{1,10} "

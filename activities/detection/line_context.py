@@ -33,6 +33,8 @@ _KUBECTL_PREFIX = re.compile(r"^\[pod/([A-Za-z0-9._-]{1,253})/[A-Za-z0-9._-]{1,6
 _HOST_DMESG_PREFIX = re.compile(
     r"^([A-Za-z][A-Za-z0-9._-]{0,62}) (?=\[(?: {0,6}[0-9]{1,8}\.[0-9]{1,9}|[A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9][0-9] [0-9:]{8} [0-9]{4})\] )"
 )
+# UCX's log prefix, "[HOST:PID:THREAD]" (ucs_log) or "[HOST:PID:THREAD:TID]" (its fatal-error handler): the writer
+_UCX_PREFIX = re.compile(r"^\[([A-Za-z][A-Za-z0-9._-]{0,62}):([0-9]{1,8}):[0-9]{1,6}(?::[0-9]{1,8})?\] {1,4}")
 _COMPOSE_PREFIX = re.compile(r"^([A-Za-z][A-Za-z0-9._-]{0,62}) +\| ")
 _NCCL_PREFIX = re.compile(
     # newer NCCL puts the source location between the device and "NCCL": "[5] transport/net_ib.cc:1696 NCCL WARN"
@@ -104,6 +106,12 @@ def parse_context(line: str, *, known_hosts: frozenset[str] = frozenset()) -> Li
         m = _TEE_PREFIX.match(text)
         if m:
             ctx.local_rank = int(m.group(1)) if ctx.local_rank is None else ctx.local_rank
+            text = text[m.end():]
+            continue
+        m = _UCX_PREFIX.match(text)
+        if m:
+            ctx.host = ctx.host or m.group(1)
+            ctx.pid = int(m.group(2)) if ctx.pid is None else ctx.pid
             text = text[m.end():]
             continue
         m = _RAY_PREFIX.match(text) or _KUBECTL_PREFIX.match(text)

@@ -4,6 +4,10 @@
   hardware domain): the device an OOM, a code's CUDA error or a failed transfer ran on is not to blame.
 - torchrun's first failed worker is a rank to name only on a blamed node (elsewhere it noticed first).
 - A pasted session under the RHEL prompt `[user@host dir]# cmd` is that host's output.
+- UCX's `[HOST:PID:THREAD(:TID)]` prefix is the line's writer, not a node the message names; a port a
+  node's own tool shows down (ibstat, ibv_devinfo, rdma link) is that node's; one node reporting
+  peerless transport errors singles itself out only among three or more (with two, either end).
+- srun's `task N: Aborted (core dumped)` is task N's own end.
 """
 
 from __future__ import annotations
@@ -59,3 +63,42 @@ def test_rhel_prompt_starts_a_session_on_its_host():
     v = verdict_of("interconnect-rdma-link-flapping-rccl-i3a22")
     assert v.category == Category.INTERCONNECT
     assert v.implicated.hosts == ["mi300-vm-3"]
+
+
+def test_ucx_prefix_is_the_writer():
+    from activities.detection.line_context import parse_context
+
+    ctx = parse_context("[gpu-c03:77120:0:77120] ib_mlx5_log.c:143  Transport retry count exceeded on mlx5_0:1/RoCE")
+    assert (ctx.host, ctx.pid) == ("gpu-c03", 77120)
+    assert ctx.text.startswith("ib_mlx5_log.c:143")
+    assert parse_context("[1,3]<stderr>:[cn7:4410:0] UCX  ERROR ep timeout").host == "cn7"
+
+
+def test_a_port_down_on_the_quiet_end_blames_it_not_the_end_that_reports_retries():
+    """gpu-c03's UCX prefixes report 'Transport retry count exceeded'; '$ ssh gpu-c04 sudo ibv_devinfo'
+    shows gpu-c04's port PORT_DOWN (before: gpu-c03 and its rank 0 blamed)."""
+    v = verdict_of("interconnect-roce-retry-peer-port-down-i3a12")
+    assert v.category == Category.INTERCONNECT
+    assert v.implicated.hosts == ["gpu-c04"]
+    assert v.implicated.ranks == []
+
+
+def test_retries_exceeded_on_one_of_two_nodes_blame_neither():
+    """Two nodes, UCX retry-exceeded on ast1816 only: its one peer is the other node, either end may be bad
+    (before: ast1816 and srun's sixteen killed tasks of ast1815)."""
+    v = verdict_of("interconnect-ucx-fatal-mlx5-3-srun-i3a11")
+    assert v.category == Category.INTERCONNECT
+    assert v.implicated.hosts == []
+    assert v.implicated.ranks == [21]  # 'srun: error: ast1816: task 21: Aborted (core dumped)' went first
+
+
+def test_one_node_of_four_reporting_retries_is_blamed():
+    v = verdict_of("interconnect-ucx-retry-exceeded-one-node-mpirun-b6b03")
+    assert v.implicated.hosts == ["cn-c17"] and v.implicated.ranks == [34]
+
+
+def test_srun_core_dumped_status_is_the_tasks_own_end():
+    from activities.detection.launchers import launcher_report
+
+    report = launcher_report(7, "srun: error: ast1816: task 21: Aborted (core dumped)")
+    assert report is not None and report.ids == (21,) and report.own_failure
