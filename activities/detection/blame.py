@@ -126,7 +126,11 @@ def implicate(
                    if s.host in hosts and s.source == "log" and s.strong and (s.rank is not None or "tasks" in s.fields)
                    and s.category in _RANK_CRASH)
         ranks |= {r for r in crashed if r is not None}
-    if not hosts and cat in _NODE_LOCAL and (cat != Category.CUDA_ERROR or domain == FaultDomain.HARDWARE):
+    local_cause = cat in _NODE_LOCAL and (cat != Category.CUDA_ERROR or domain == FaultDomain.HARDWARE)
+    # a memory monitor naming the node that ran low ("Memory on the node (IP: ...)") singles it out among
+    # the job's nodes; on a one-node job the job outgrew the node, which blames nothing
+    node_oom = cat == Category.HOST_OOM and len(b.job_hosts) > 1
+    if not hosts and (local_cause or node_oom):
         named = named_near(b, sigs)
         if len(named) == 1:
             hosts |= named
@@ -146,7 +150,8 @@ def implicate(
     return hosts, ranks, gpus
 
 
-# causes that live on one node; not host OOM: a job that outgrows a node's memory is the job's, not the node's
+# causes that live on one node; not host OOM: a job that outgrows a node's memory is the job's, not the node's,
+# unless the message singles out one node of several
 _NODE_LOCAL = {Category.GPU_HARDWARE, Category.NODE_FAILURE, Category.INTERCONNECT, Category.CUDA_ERROR}
 NEAR = 3  # lines either side of a failing line that belong to its message (Ray's "ip: ..." block, a wrapped line)
 _GPU_REF = re.compile(r"(?i)(?<![A-Za-z0-9_])(?:gpu[ _-]?(?:id|index)?[ #:=]{0,3}|cuda:)([0-9]{1,2})(?![0-9A-Za-z:.])")

@@ -8,6 +8,8 @@
   node's own tool shows down (ibstat, ibv_devinfo, rdma link) is that node's; one node reporting
   peerless transport errors singles itself out only among three or more (with two, either end).
 - srun's `task N: Aborted (core dumped)` is task N's own end.
+- A host OOM whose message names one node of a multi-node job ("Memory on the node (IP: ...)") blames it;
+  on a one-node job the job outgrew the node (test_blame_near.py).
 """
 
 from __future__ import annotations
@@ -102,3 +104,23 @@ def test_srun_core_dumped_status_is_the_tasks_own_end():
 
     report = launcher_report(7, "srun: error: ast1816: task 21: Aborted (core dumped)")
     assert report is not None and report.ids == (21,) and report.own_failure
+
+
+def test_ray_memory_monitor_names_the_node_that_ran_low_by_address():
+    """'Memory on the node (IP: 10.18.6.42, ...) ... exceeds the memory usage threshold': of the job's two
+    nodes, rl-cpu-h42 ran low (before: no host)."""
+    v = verdict_of("host_oom-ray-oom-killer-verl-reward-worker-ip-c7h01")
+    assert v.category == Category.HOST_OOM
+    assert v.implicated.hosts == ["rl-cpu-h42"]
+
+
+def test_raylet_oom_report_hard_wrapped_names_its_node():
+    """The raylet's 'Workers ... killed due to memory pressure (OOM)' wraps before '(ID: ..., IP: 172.24.3.58)'."""
+    v = verdict_of("host_oom-raylet-workers-killed-memory-pressure-ip-c7h02")
+    assert v.implicated.hosts == ["wm-node-b"]
+
+
+def test_cgroup_oom_naming_both_nodes_blames_neither():
+    v = verdict_of("host_oom-slurmstepd-batch-cgroup-oom-multinode-c7h05")
+    assert v.category == Category.HOST_OOM
+    assert v.implicated.hosts == []
