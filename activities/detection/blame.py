@@ -128,8 +128,10 @@ def implicate(
         ranks |= {r for r in crashed if r is not None}
     local_cause = cat in _NODE_LOCAL and (cat != Category.CUDA_ERROR or domain == FaultDomain.HARDWARE)
     # a memory monitor naming the node that ran low ("Memory on the node (IP: ...)") singles it out among
-    # the job's nodes; on a one-node job the job outgrew the node, which blames nothing
-    node_oom = cat == Category.HOST_OOM and len(b.job_hosts) > 1
+    # the job's nodes; on a one-node job the job outgrew the node, and a cgroup limit (Slurm's oom-kill
+    # events, "Exceeded job memory limit") is the job's own wherever it bit: neither blames a node
+    node_oom = cat == Category.HOST_OOM and len(b.job_hosts) > 1 and any(
+        _NODE_MEMORY.search(s.text or s.line) for s in sigs if s.source == "log" and s.strong)
     if not hosts and (local_cause or node_oom):
         named = named_near(b, sigs)
         if len(named) == 1:
@@ -153,6 +155,7 @@ def implicate(
 # causes that live on one node; not host OOM: a job that outgrows a node's memory is the job's, not the node's,
 # unless the message singles out one node of several
 _NODE_LOCAL = {Category.GPU_HARDWARE, Category.NODE_FAILURE, Category.INTERCONNECT, Category.CUDA_ERROR}
+_NODE_MEMORY = re.compile(r"(?i)node running low on memory|NODE_OUT_OF_MEMORY|memory pressure|Memory on the node")
 NEAR = 3  # lines either side of a failing line that belong to its message (Ray's "ip: ..." block, a wrapped line)
 _GPU_REF = re.compile(r"(?i)(?<![A-Za-z0-9_])(?:gpu[ _-]?(?:id|index)?[ #:=]{0,3}|cuda:)([0-9]{1,2})(?![0-9A-Za-z:.])")
 
@@ -195,10 +198,17 @@ def _local_rank(b: SignalBuilder, host: str, rank: int) -> int | None:
 
 
 def _gpu_near(b: SignalBuilder, sigs: list[Signal]) -> set[str]:
-    """The one GPU (PCI bus id or index) the failing lines and their message name, if exactly one."""
+    """The one GPU (PCI bus id or index) the failing lines name, else the one their message names."""
+    own = [s.text or s.line for s in sigs if s.source == "log" and s.strong]
+    # a health tool's verdict names its GPU among the rows it printed for every GPU ("GPU ID: 0 ... 3", then
+    # "... error count (212) for ... GPU ID 3"): the failing line's own reference first
+    return _one_gpu(own) or _one_gpu(_near_texts(b, sigs))
+
+
+def _one_gpu(texts: list[str]) -> set[str]:
     pcis: set[str] = set()
     indexes: set[str] = set()
-    for text in _near_texts(b, sigs):
+    for text in texts:
         pcis |= {norm_pci(m.group(1)) for m in PCI.finditer(text)}
         indexes |= {m.group(1) for m in _GPU_REF.finditer(text)}
     if len(pcis) == 1:

@@ -10,6 +10,9 @@
 - srun's `task N: Aborted (core dumped)` is task N's own end.
 - A host OOM whose message names one node of a multi-node job ("Memory on the node (IP: ...)") blames it;
   on a one-node job the job outgrew the node (test_blame_near.py).
+- GPU health tools: dcgmi diag's table (its 27-character first column, 'Fail - GPU: N'), a health check's
+  'GPU DRAM uncorrectable error count', the k8s device plugin's 'the device will go unhealthy' / 'device
+  marked unhealthy'; the failing line's own GPU reference before the rows printed around it.
 """
 
 from __future__ import annotations
@@ -124,3 +127,29 @@ def test_cgroup_oom_naming_both_nodes_blames_neither():
     v = verdict_of("host_oom-slurmstepd-batch-cgroup-oom-multinode-c7h05")
     assert v.category == Category.HOST_OOM
     assert v.implicated.hosts == []
+
+
+def test_dcgmi_diag_table_fail_names_the_gpu():
+    """'| PCIe                      | Fail - GPU: 2    |': the test name is padded to the column's width
+    (before: not flagged, the job's failure unexplained)."""
+    v = verdict_of("gpu_hardware-dcgmi-diag-r3-pcie-fail-gpu2-q9g09")
+    assert v.category == Category.GPU_HARDWARE
+    assert v.implicated.hosts == ["a100-k8s-w09"]
+    assert v.implicated.gpus == ["a100-k8s-w09:2"]
+
+
+def test_health_tool_verdict_names_its_gpu_among_the_rows_for_every_gpu():
+    """Rows 'GPU ID: 0' .. 'GPU ID: 3' then 'Detected a very high GPU DRAM uncorrectable error count (212)
+    ... for GPU ID 3, please offline this node (ndv4-0091)'."""
+    v = verdict_of("gpu_hardware-azure-ecc-tool-high-dram-dbe-gpu-id-3-r4g11")
+    assert v.category == Category.GPU_HARDWARE
+    assert v.implicated.hosts == ["ndv4-0091"]
+    assert v.implicated.gpus == ["ndv4-0091:3"]
+
+
+def test_k8s_device_plugin_xid_marks_the_pods_node():
+    """'XidCriticalError: Xid=48 on Device=GPU-..., the device will go unhealthy.', then the pod's
+    'Node: a100-pool-7/10.128.5.37' (before: an application error, a Python-looking exception line)."""
+    v = verdict_of("gpu_hardware-k8s-device-plugin-xid48-unhealthy-q9g06")
+    assert v.category == Category.GPU_HARDWARE
+    assert v.implicated.hosts == ["a100-pool-7"]
