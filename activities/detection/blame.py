@@ -142,7 +142,7 @@ def implicate(
             cat == Category.GPU_HARDWARE or domain == FaultDomain.HARDWARE):
         host = next(iter(hosts))
         if not any(g.split(":", 1)[0] == host for g in gpus if ":" in g):
-            gpus |= {f"{host}:{g}" for g in _gpu_near(b, sigs)}
+            gpus |= {f"{host}:{g}" for g in (_gpu_near(b, sigs) or _section_gpu(b, sigs))}
         if not gpus and len(ranks) == 1:
             slot = _local_rank(b, host, next(iter(ranks)))
             if slot is not None:
@@ -219,6 +219,35 @@ def _one_gpu(texts: list[str]) -> set[str]:
 
 
 _PORT_DOWN = {"ib_port_state_down"}
+# nvidia-smi -q: "GPU 00000000:3B:00.0" opens a section of indented "Field : value" lines about that GPU
+_NVSMI_SECTION = re.compile(r"^GPU ((?:[0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9])?\s*$")
+
+
+def _section_gpu(b: SignalBuilder, sigs: list[Signal]) -> set[str]:
+    """The GPU whose `nvidia-smi -q` section the failing lines are in: the section header above them, with
+    only indented lines of the same section in between (every failing line in the same one)."""
+    at = sorted({s.line_no for s in sigs if s.source == "log" and s.strong and s.line_no is not None})
+    if not at:
+        return set()
+    found: set[str] = set()
+    lines = dict(b.lines)
+    for line_no in at:
+        n = line_no
+        while True:
+            n -= 1
+            line = lines.get(n)
+            if line is None:
+                return set()  # a gap: the section's start is not in what the verdict has
+            text = parse_context(line[:MAX_LINE], known_hosts=b.spellings).text
+            m = _NVSMI_SECTION.match(text)
+            if m:
+                found.add(norm_pci(m.group(1)))
+                break
+            if text.strip() and not text[:1].isspace():
+                return set()  # the failing line is not inside a GPU's section
+    return found if len(found) == 1 else set()
+
+
 _IB_LOCAL_STATUS = {"1", "2", "3", "4", "8"}  # ibv_wc_status LOC_LEN, LOC_QP_OP, LOC_EEC_OP, LOC_PROT, MW_BIND
 
 

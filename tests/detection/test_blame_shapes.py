@@ -13,6 +13,7 @@
 - GPU health tools: dcgmi diag's table (its 27-character first column, 'Fail - GPU: N'), a health check's
   'GPU DRAM uncorrectable error count', the k8s device plugin's 'the device will go unhealthy' / 'device
   marked unhealthy'; the failing line's own GPU reference before the rows printed around it.
+- A failing line inside an `nvidia-smi -q` section is about the GPU of the section's `GPU 00000000:3B:00.0`.
 """
 
 from __future__ import annotations
@@ -153,3 +154,24 @@ def test_k8s_device_plugin_xid_marks_the_pods_node():
     v = verdict_of("gpu_hardware-k8s-device-plugin-xid48-unhealthy-q9g06")
     assert v.category == Category.GPU_HARDWARE
     assert v.implicated.hosts == ["a100-pool-7"]
+
+
+def test_nvidia_smi_q_section_header_names_the_gpu_of_its_indented_lines():
+    """'Remapping Failure Occurred : Yes' 22 indented lines under 'GPU 00000000:3B:00.0' (before: host only)."""
+    v = verdict_of("gpu_hardware-nvsmi-q-row-remap-failure-g2a21")
+    assert v.category == Category.GPU_HARDWARE
+    assert v.implicated.gpus == ["node117:0000:3b:00"]
+
+
+def test_a_line_outside_the_section_takes_no_gpu_from_it():
+    from activities.detection.verdict import attribute
+    from workflows.contracts import JobEvidence, JobInfo, JobState
+
+    job = JobInfo(job_id="1", state=JobState.FAILED, exit_code=1, nodes=["node117"])
+    inside = ["GPU 00000000:3B:00.0", "    Product Name : NVIDIA A100", "        Remapping Failure Occurred : Yes"]
+    v = attribute(JobEvidence(job=job, log_lines=inside))
+    assert v.implicated.gpus == ["node117:0000:3b:00"]
+    # four lines down (past the message's own neighbours), after a line that ends the section
+    outside = [*inside[:2], "", "health summary", "checked 8 GPUs", "Remapping Failure Occurred : Yes"]
+    v = attribute(JobEvidence(job=job, log_lines=outside))
+    assert v.category == Category.GPU_HARDWARE and v.implicated.gpus == []
