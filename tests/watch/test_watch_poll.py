@@ -142,3 +142,42 @@ async def test_a_requeued_job_keeps_the_key_it_was_first_seen_with(screen: LogSc
     listing.jobs = [requeued]
     await watch.poll_once(state)
     assert {wid for wid, _ in temporal.started} == {"jobmedic-c1-5-20261129T120000"}
+
+
+@dataclass
+class FlakyTemporal(Temporal):
+    """Temporal that refuses the first `down` start calls, as an unreachable frontend does (RPCError)."""
+
+    down: int = 0
+
+    async def start_workflow(self, run, inp, *, id, start_signal_args, **kw):
+        from temporalio.service import RPCError, RPCStatusCode
+
+        if self.down > 0:
+            self.down -= 1
+            raise RPCError("connection refused", RPCStatusCode.UNAVAILABLE, b"")
+        await super().start_workflow(run, inp, id=id, start_signal_args=start_signal_args, **kw)
+
+
+async def test_an_observation_temporal_refused_is_sent_again_with_the_next_one(screen: LogScreen) -> None:
+    """A job fails while Temporal is down: the failure reaches its workflow once Temporal is back, not never.
+
+    The state change is seen once (the watch remembers the new state), so before, a refused signal lost it and the
+    failed job's workflow never heard of the failure.
+    """
+    listing = Listing([job("5", JobState.RUNNING)])
+    temporal = FlakyTemporal()
+    watch = make(listing, Logs(), temporal, screen, lambda: T0)
+    state = WatchState()
+    await watch.poll_once(state)
+    assert len(temporal.started) == 1
+    temporal.down = 2
+    listing.jobs = [job("5", JobState.FAILED)]
+    assert await watch.poll_once(state) == []  # refused
+    assert await watch.poll_once(state) == []  # refused again: nothing new to report, the old one is kept
+    assert state.jobs[next(iter(state.jobs))].unsent is not None
+    sent = await watch.poll_once(state)
+    assert [o.reasons for o in sent] == [[ObservationReason.STATE_CHANGE]]
+    assert sent[0].job.state is JobState.FAILED
+    assert all(w.unsent is None for w in state.jobs.values())
+    assert await watch.poll_once(state) == []  # sent once, not again
