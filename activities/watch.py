@@ -202,6 +202,8 @@ class WatchedJob(BaseModel):
     # the current slow run (None while the job keeps its pace) and the per-rank timings printed since
     slow_since: datetime | None = None
     rank_timings: list[RankTiming] = Field(default_factory=list)
+    # an observation Temporal could not take (unreachable): sent again, merged into the next one, until it is
+    unsent: JobObservation | None = None
 
     @property
     def progress_at(self) -> datetime | None:
@@ -309,6 +311,8 @@ class WatchActivities:
             activity.heartbeat(self._beat(state, keeper, shard, shards))
             await waker.wait(state, inp.poll_interval_s)
             if waker.handover_asked:  # the watch workflow continues as new (with this state, without a table)
+                if keeper is not None:
+                    await self._save(keeper, state)  # every row, not only those whose turn it was
                 return {"shard": shard, "polls": state.polls} if keeper else state.model_dump(mode="json")
 
     @staticmethod
@@ -330,6 +334,7 @@ class WatchActivities:
         await self._report_malformed(state, listing.skipped, now, shard=shard)
         sent: list[JobObservation] = []
         listed: set[str] = set()
+        signalled: set[str] = set()  # workflow ids signalled in this pass: their rows are written at once
         # the cluster-wide view covers the jobs this deployment watches (other deployments keep their own),
         # in every shard: a node that failed jobs of two shards is one node
         self._remember_failures(state, [j for j in jobs if self._watched_environment(j)], now)
@@ -340,7 +345,7 @@ class WatchActivities:
         async def one(job: JobInfo) -> JobObservation | None:
             job.cluster = self._ctx.cluster
             try:
-                return await self._poll_job(state, job, now, listed, failures)
+                return await self._poll_job(state, job, now, listed, failures, signalled)
             except Exception as exc:  # noqa: BLE001 - one job's trouble must not blind the watch to the others
                 logger.opt(exception=exc).warning("watch of job {} failed this poll: {}", job.job_id, exc)
                 return None
@@ -354,7 +359,7 @@ class WatchActivities:
             if time.monotonic() - beat > HEARTBEAT_EVERY_S and activity.in_activity():
                 # a long poll must not look like a dead worker; what it signalled so far is saved
                 if keeper is not None:
-                    await self._save(keeper, state)
+                    await self._save(keeper, state, urgent=signalled, turn=False)
                 activity.heartbeat(self._beat(state, keeper, shard, shards))
                 beat = time.monotonic()
         for wid in [w for w in state.jobs if w not in listed]:
@@ -374,16 +379,19 @@ class WatchActivities:
         if keeper is not None:
             if state.polls % TOUCH_EVERY_POLLS == 0:
                 await keeper.touch_all(state)
-            await self._save(keeper, state)
+            await self._save(keeper, state, urgent=signalled)
         if self._stats is not None:
             self._stats.record_pass(  # type: ignore[attr-defined]
                 self._ctx.cluster, started_at=now, finished_at=self._clock(), watched_jobs=len(state.jobs)
             )
         return sent
 
-    async def _save(self, keeper: ShardKeeper, state: WatchState) -> None:
+    async def _save(
+        self, keeper: ShardKeeper, state: WatchState, *, urgent: set[str] | None = None, turn: bool = True
+    ) -> None:
+        """`urgent` None: every changed row; else the rows of those jobs, of new jobs and (`turn`) of this turn."""
         try:
-            await keeper.save(state)
+            await keeper.save(state, urgent=urgent, turn=turn)
         except JobmedicError as exc:
             # the next save writes every row that changed since the last good one; detection goes on meanwhile
             logger.warning("could not save the watch state of {} (shard {}): {}", keeper.cluster, keeper.shard, exc)
@@ -445,6 +453,7 @@ class WatchActivities:
 
     async def _poll_job(
         self, state: WatchState, job: JobInfo, now: datetime, listed: set[str], failures: _FailureIndex | None = None,
+        signalled: set[str] | None = None,
     ) -> JobObservation | None:
         if job.opt_in.invalid:
             await self._report_invalid(state, job, now)
@@ -462,9 +471,19 @@ class WatchActivities:
         watched.missing_polls = 0
         if watched.closed:
             return None
-        obs = await self._observe(state, watched, job, now, first=first, failures=failures)
-        if obs is not None and await self._signal(watched, job, key, obs):
+        obs = _with_unsent(watched.unsent, await self._observe(state, watched, job, now, first=first, failures=failures))
+        if obs is None:
+            return None
+        if signalled is not None:
+            signalled.add(wid)  # signalled, or kept to be sent again: the row is written this pass either way
+        # until Temporal took it (unreachable, or any error): the state change or failure line it reports is not
+        # seen again, so it must not be lost with the signal
+        watched.unsent = obs
+        if await self._signal(watched, job, key, obs):
+            watched.unsent = None
             return obs
+        if watched.closed:
+            watched.unsent = None
         return None
 
     async def _identity(self, state: WatchState, job: JobInfo) -> JobKey:
@@ -837,6 +856,16 @@ class _FailureIndex:
 
 
 FATAL_GRACE_S = 60.0  # a fatal line, then no progress for this long (or 3 iterations, if longer): stalled
+
+
+def _with_unsent(unsent: JobObservation | None, new: JobObservation | None) -> JobObservation | None:
+    """The observation to send: `new` with what an unsent earlier one reported, or the earlier one again."""
+    if unsent is None or new is None:
+        return new or unsent
+    reasons = list(dict.fromkeys([*unsent.reasons, *new.reasons]))
+    kept = {name: getattr(unsent, name) for name in ("straggler", "fatal_at", "progress", "progress_at")
+            if getattr(new, name) is None}
+    return new.model_copy(update={"reasons": reasons, "hits": (unsent.hits + new.hits)[-50:], **kept})
 
 
 def _fatal_stalled(watched: WatchedJob, now: datetime, *, bound_s: float) -> bool:

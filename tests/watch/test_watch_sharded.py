@@ -143,6 +143,38 @@ async def test_a_pass_writes_only_the_rows_that_changed(tmp_path: Path, screen) 
     store.close()
 
 
+async def test_a_job_that_only_progressed_waits_for_its_turn_and_a_signalled_one_is_written_at_once(tmp_path: Path) -> None:
+    """Each pass rewrites the rows of the jobs it signalled, and a quarter of the others (their turn)."""
+    from activities.watch_state import SAVE_EVERY_POLLS
+
+    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
+    state = WatchState.model_validate({"jobs": {f"wf-{i}": {"workflow_id": f"wf-{i}", "job_id": str(i)}
+                                                for i in range(40)}})
+    keeper = ShardKeeper(store, cluster="c1")
+    assert await keeper.save(state, urgent=set()) == 41  # never written: every job, and the shard's row
+    written: dict[str, int] = {}
+    for poll in range(1, SAVE_EVERY_POLLS + 1):
+        state.polls = poll
+        for watched in state.jobs.values():
+            watched.restarts = poll  # every job changed since the last save
+        before = {item: data for item, data in store.load_watch_state("c1").items()}
+        rows = await keeper.save(state, urgent={"wf-7"})
+        after = store.load_watch_state("c1")
+        changed = [item for item in after if after[item] != before[item]]
+        assert "wf-7" in changed and "~shard-0" in changed and rows == len(changed)
+        assert len(changed) < 2 + 40 // 2  # the urgent job, the shard row, about a quarter of the others
+        for item in changed:
+            written[item] = written.get(item, 0) + 1
+    # over SAVE_EVERY_POLLS polls every job's row was written (its turn came once), the urgent one every time
+    assert written["wf-7"] == SAVE_EVERY_POLLS
+    assert all(written.get(f"wf-{i}") == 1 for i in range(40) if i != 7)
+    # a full save (a handover) writes every changed row, turn or not (the shard's row did not change)
+    for watched in state.jobs.values():
+        watched.restarts = 99
+    assert await keeper.save(state) == 40
+    store.close()
+
+
 async def test_the_heartbeat_stays_small_with_thousands_of_jobs(tmp_path: Path, screen) -> None:
     store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
     jobs = []
