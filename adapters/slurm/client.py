@@ -42,7 +42,7 @@ from adapters.errors import ActionRefused, JobNotFound, SchedulerError, Schedule
 from adapters.slurm.ctld_config import min_job_age_s, parse_show_config
 from adapters.slurm.ownership import Mark, read_mark, valid_deployment, with_mark
 from adapters.slurm.parse import (
-    SqueueListing, array_of, is_array_remainder, parse_sinfo_json, parse_squeue_listing,
+    ListingMemo, SqueueListing, array_of, is_array_remainder, parse_sinfo_json, parse_squeue_listing,
 )
 from adapters.slurm.runner import CommandResult, CommandRunner
 from workflows.contracts import ActionKind, ActionResult, JobInfo, JobKey, JobState, NodeInfo
@@ -134,6 +134,7 @@ class SlurmClient:
         self.confirm_timeout = confirm_timeout
         self.poll_interval = poll_interval
         self.opt_in_max_bytes = opt_in_max_bytes
+        self._listing_memo = ListingMemo()  # the last full listing's conversions, reused for unchanged records
 
     async def close(self) -> None:
         await self.runner.close()
@@ -162,7 +163,7 @@ class SlurmClient:
         moment Slurm starts it. A record that cannot be read is skipped (and
         named in `skipped`): the rest of the cluster is still listed.
         """
-        found = await self._squeue(["squeue", "--json"], what="squeue --json")
+        found = await self._squeue(["squeue", "--json"], what="squeue --json", memo=self._listing_memo)
         for record in found.skipped:
             logger.warning("squeue --json on {}: skipped a record ({}): {}", self.cluster, record.reason,
                            record.excerpt[:200])
@@ -175,12 +176,12 @@ class SlurmClient:
         return found
 
     async def _squeue(
-        self, argv: list[str], *, what: str, only: Callable[[str], bool] | None = None
+        self, argv: list[str], *, what: str, only: Callable[[str], bool] | None = None, memo: ListingMemo | None = None
     ) -> SqueueListing:
         result = await self._run(argv, what=what)
         return await asyncio.to_thread(
             parse_squeue_listing, result.stdout, cluster=self.cluster, opt_in_max_bytes=self.opt_in_max_bytes,
-            only=only,
+            only=only, memo=memo,
         )
 
     async def array_tasks(self, job_id: str) -> list[JobInfo]:

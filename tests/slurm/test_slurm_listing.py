@@ -49,3 +49,35 @@ def test_only_converts_the_records_asked_for() -> None:
     wanted = raw_identity(doc["jobs"][2])
     listing = parse_squeue_listing(text, only=lambda ident: ident == wanted)
     assert [j.job_id for j in listing.jobs] == [wanted] and listing.skipped == []
+
+
+def test_a_memo_converts_only_the_records_that_changed_and_gives_the_same_jobs(monkeypatch) -> None:
+    """Polls of a listing that barely changes: unchanged records are not converted again, and every job read
+    through the memo equals the job read without it (a changed record, a new one, one gone)."""
+    import adapters.slurm.parse as parse
+
+    from adapters.slurm.parse import ListingMemo
+
+    doc = json.loads((DATA / "squeue.json").read_text())
+    converted: list[str] = []
+    real = parse.job_from_json
+
+    def counting(raw, **kw):
+        converted.append(raw_identity(raw))
+        return real(raw, **kw)
+
+    monkeypatch.setattr(parse, "job_from_json", counting)
+    memo = ListingMemo()
+    first = parse_squeue_listing(json.dumps(doc), cluster="lab", memo=memo)
+    assert len(converted) == len(doc["jobs"]) >= 3
+    converted.clear()
+    first.jobs[0].cluster = "changed by a caller"  # callers get their own copies
+    changed = raw_identity(doc["jobs"][1])
+    doc["jobs"][1]["restart_cnt"] = 7
+    gone = raw_identity(doc["jobs"].pop(2))
+    again = parse_squeue_listing(json.dumps(doc), cluster="lab", memo=memo)
+    assert converted == [changed]  # only the record that changed
+    plain = parse_squeue_listing(json.dumps(doc), cluster="lab")
+    assert [j.model_dump() for j in again.jobs] == [j.model_dump() for j in plain.jobs]
+    assert again.jobs[1].restarts == 7 and again.jobs[0].cluster == "lab"
+    assert gone not in memo.records and len(memo.records) == len(doc["jobs"])
