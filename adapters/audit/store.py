@@ -35,7 +35,7 @@ _DEADLOCK_CODES = {1205, 1213}
 _DEADLOCK_ATTEMPTS = 3
 # bound on the number of bound parameters in one `IN (...)` (SQLite allows 32766, MySQL more)
 _KEY_CHUNK = 500
-# watch-state rows per upsert statement (6 parameters each: well inside SQLite's 32766)
+# watch-state rows per executemany of the upsert (bounds one call's memory; the statement is compiled once)
 _STATE_CHUNK = 500
 
 
@@ -326,21 +326,23 @@ class AuditStore:
         t = self._watch
         with self._errors("writing the watch state"):
             with self._engine.begin() as conn:
+                # one statement executed for many rows: compiled once (cached), not a VALUES list compiled anew
+                # for every chunk (at thousands of rows a pass, compiling cost more than writing)
                 for start in range(0, len(rows), _STATE_CHUNK):
-                    conn.execute(self._upsert(list(rows[start : start + _STATE_CHUNK]), t))
+                    conn.execute(self._upsert(t), list(rows[start : start + _STATE_CHUNK]))
 
-    def _upsert(self, chunk: list[dict[str, Any]], t: sa.Table) -> Any:
+    def _upsert(self, t: sa.Table) -> Any:
         changing = ("job_id", "slot", "data", "updated_at")
         if self.dialect == "sqlite":
             from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-            stmt = sqlite_insert(t).values(chunk)
+            stmt = sqlite_insert(t)
             return stmt.on_conflict_do_update(
                 index_elements=[t.c.cluster, t.c.item], set_={c: stmt.excluded[c] for c in changing}
             )
         from sqlalchemy.dialects.mysql import insert as mysql_insert
 
-        mstmt = mysql_insert(t).values(chunk)
+        mstmt = mysql_insert(t)
         return mstmt.on_duplicate_key_update({c: mstmt.inserted[c] for c in changing})
 
     def delete_watch_state(self, cluster: str, items: Iterable[str]) -> int:
