@@ -363,7 +363,8 @@ class _Acc:
         self.first_count = [0] * n_patterns
         # the newest hits per pattern as (line no, line bytes, offset): most are pushed out again,
         # so they become Hit objects only when the scan ends
-        self.recent: list[deque[tuple[int, bytes, int]]] = [deque(maxlen=self.keep_last) for _ in range(n_patterns)]
+        # (by pattern index, made on a pattern's first overflow: most scans are of a few lines with no hit)
+        self.recent: dict[int, deque[tuple[int, bytes, int]]] = {}
         self.counts = [0] * n_patterns
         self.flagged = 0
         self.last_flagged: tuple[int, set[int]] = (-1, set())  # line no, ids counted on it
@@ -374,10 +375,11 @@ class _Acc:
     def result(self, pattern_ids: list[str], *, lines: int, nbytes: int) -> ScreenResult:
         hits = self.first + [
             Hit.model_construct(pattern_id=pattern_ids[i], line_no=no, line=_text(raw), offset=offset)
-            for i, ring in enumerate(self.recent) for no, raw, offset in ring
+            for i, ring in sorted(self.recent.items()) for no, raw, offset in ring
         ]
-        order = {pid: i for i, pid in enumerate(pattern_ids)}
-        hits.sort(key=lambda h: (h.line_no, order[h.pattern_id or ""]))
+        if len(hits) > 1:
+            order = {pid: i for i, pid in enumerate(pattern_ids)}
+            hits.sort(key=lambda h: (h.line_no, order[h.pattern_id or ""]))
         return ScreenResult(
             hits=hits,
             progress=self.progress,
@@ -385,7 +387,7 @@ class _Acc:
             lines=lines,
             bytes=nbytes,
             flagged_lines=self.flagged,
-            pattern_counts={pattern_ids[i]: c for i, c in enumerate(self.counts) if c},
+            pattern_counts={pattern_ids[i]: c for i, c in enumerate(self.counts) if c} if any(self.counts) else {},
             hits_dropped=self.dropped,
         )
 
@@ -653,7 +655,9 @@ class Screener:
                     acc.dropped += 1
                 ring.append((line_no, ls, le, anchor))
         for i, ring in chunk_recent.items():
-            target = acc.recent[i]
+            target = acc.recent.get(i)
+            if target is None:
+                target = acc.recent[i] = deque(maxlen=acc.keep_last)
             acc.dropped += max(0, len(target) + len(ring) - (target.maxlen or 0))
             target.extend((no, _line_bytes(data, ls, le, anchor), base + ls) for no, ls, le, anchor in ring)
         for sample in found.progress:
