@@ -446,6 +446,11 @@ class SignalBuilder:
                 shell = named[0] if len(named) == 1 else None
             if shell is not None:
                 host = self.nodemap.resolve(shell) if self.nodemap else (shell if any(c.isdigit() for c in shell) else None)
+                if self.job_hosts and host not in self.job_hosts:
+                    # a prompt on a login or admin node: what it prints is about the one job node its command
+                    # names ("[sysadm@login02 ~]$ sbatch --nodelist=node-153 ..."), if any, not about itself
+                    named = [h for h in self.nodemap.mentioned(line[:MAX_LINE]) if h in self.job_hosts]
+                    host = named[0] if len(named) == 1 else None
                 self.prompts.append((line_no, host))
                 continue
             if not ("srun: error:" in line or "noticed that process rank" in line or "exits with return code" in line

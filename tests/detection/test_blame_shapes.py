@@ -3,7 +3,8 @@
 - A GPU is named only as faulty hardware (GPU hardware, or a CUDA/interconnect failure in the
   hardware domain): the device an OOM, a code's CUDA error or a failed transfer ran on is not to blame.
 - torchrun's first failed worker is a rank to name only on a blamed node (elsewhere it noticed first).
-- A pasted session under the RHEL prompt `[user@host dir]# cmd` is that host's output.
+- A pasted session under the RHEL prompt `[user@host dir]# cmd` is that host's output; a prompt on a node
+  that is not the job's (a login node) gives its output to the one job node its command names, or to none.
 - UCX's `[HOST:PID:THREAD(:TID)]` prefix is the line's writer, not a node the message names; a port a
   node's own tool shows down (ibstat, ibv_devinfo, rdma link) is that node's; one node reporting
   peerless transport errors singles itself out only among three or more (with two, either end).
@@ -175,3 +176,12 @@ def test_a_line_outside_the_section_takes_no_gpu_from_it():
     outside = [*inside[:2], "", "health summary", "checked 8 GPUs", "Remapping Failure Occurred : Yes"]
     v = attribute(JobEvidence(job=job, log_lines=outside))
     assert v.category == Category.GPU_HARDWARE and v.implicated.gpus == []
+
+
+def test_a_login_node_prompt_is_not_where_the_job_ran():
+    """'[sysadm@login02 dcgm]$ sbatch --nodelist=node-153 dcgmi-1n.slurm', then the diag's table: the
+    failing GPU is node-153's (b5; before: login02 and its 'GPU 3' blamed)."""
+    v = verdict_of("gpu_hardware-dcgmi-diag-r3-row-remap-pending-gpu3-e5b05")
+    assert v.category == Category.GPU_HARDWARE
+    assert v.implicated.hosts == ["node-153"]
+    assert v.implicated.gpus == ["node-153:3"]
