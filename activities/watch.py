@@ -110,6 +110,10 @@ IDLE_CHECK_EVERY_S = 60.0  # DCGM is asked about a job's GPUs at most this often
 KEEP_TIMINGS = 256  # per-rank timings kept per job during a slow run (in its state row)
 JOBS_AT_ONCE = 32  # jobs of one pass handled concurrently
 LISTING_REUSE_S = 1.0  # shards of one worker polling within this long of each other share one scheduler query
+# routine observations (a job first seen running, progress, a checkpoint) are sent only while the pass has used
+# less than this share of its interval; later ones wait for the next pass (see poll_once)
+ROUTINE_SHARE = 0.5
+ROUTINE_REASONS = frozenset({ObservationReason.FIRST_SEEN, ObservationReason.PROGRESS, ObservationReason.CHECKPOINT})
 TOUCH_EVERY_POLLS = 5000  # every row is rewritten this often, so pruning keeps only rows of jobs gone for good
 # per rank and timer, the newest timings the culprit is judged on: the read in which a slow run is first
 # seen holds steps from before it too
@@ -305,7 +309,8 @@ class WatchActivities:
         waker = PollWaker.for_this_activity(self._client)  # Slurm's hooks can bring the next poll forward
         while True:
             try:
-                await self.poll_once(state, shard=shard, shards=shards, keeper=keeper)
+                await self.poll_once(state, shard=shard, shards=shards, keeper=keeper,
+                                     routine_s=inp.poll_interval_s * ROUTINE_SHARE)
             except JobmedicError as exc:
                 logger.warning("poll of cluster {} failed: {} (retrying next interval)", inp.cluster, exc)
             activity.heartbeat(self._beat(state, keeper, shard, shards))
@@ -324,9 +329,15 @@ class WatchActivities:
                 "rows_written": keeper.rows_written}
 
     async def poll_once(
-        self, state: WatchState, *, shard: int = 0, shards: int = 1, keeper: ShardKeeper | None = None
+        self, state: WatchState, *, shard: int = 0, shards: int = 1, keeper: ShardKeeper | None = None,
+        routine_s: float | None = None,
     ) -> list[JobObservation]:
-        """One pass over every opted-in job of this shard; returns the observations it signalled."""
+        """One pass over every opted-in job of this shard; returns the observations it signalled.
+
+        `routine_s`: after this many seconds of the pass, routine observations (`ROUTINE_REASONS` of a job that
+        has not ended) are kept for the next pass instead of sent. Each one is a workflow start or a workflow
+        task (at 10,000 jobs a first pass of starts took minutes on two cores); a failure never waits.
+        """
         now = self._clock()
         listing = await self._listing.get(shard)
         jobs = listing.jobs
@@ -334,7 +345,11 @@ class WatchActivities:
         await self._report_malformed(state, listing.skipped, now, shard=shard)
         sent: list[JobObservation] = []
         listed: set[str] = set()
-        signalled: set[str] = set()  # workflow ids signalled in this pass: their rows are written at once
+        signalled: set[str] = set()  # workflow ids signalled since the last save: their rows are written at once
+        started = time.monotonic()
+
+        def routine_allowed() -> bool:
+            return routine_s is None or time.monotonic() - started < routine_s
         # the cluster-wide view covers the jobs this deployment watches (other deployments keep their own),
         # in every shard: a node that failed jobs of two shards is one node
         self._remember_failures(state, [j for j in jobs if self._watched_environment(j)], now)
@@ -345,7 +360,7 @@ class WatchActivities:
         async def one(job: JobInfo) -> JobObservation | None:
             job.cluster = self._ctx.cluster
             try:
-                return await self._poll_job(state, job, now, listed, failures, signalled)
+                return await self._poll_job(state, job, now, listed, failures, signalled, routine_allowed)
             except Exception as exc:  # noqa: BLE001 - one job's trouble must not blind the watch to the others
                 logger.opt(exception=exc).warning("watch of job {} failed this poll: {}", job.job_id, exc)
                 return None
@@ -360,6 +375,7 @@ class WatchActivities:
                 # a long poll must not look like a dead worker; what it signalled so far is saved
                 if keeper is not None:
                     await self._save(keeper, state, urgent=signalled, turn=False)
+                    signalled.clear()  # saved: a job is seen once a pass, so these rows are done for this pass
                 activity.heartbeat(self._beat(state, keeper, shard, shards))
                 beat = time.monotonic()
         for wid in [w for w in state.jobs if w not in listed]:
@@ -453,7 +469,7 @@ class WatchActivities:
 
     async def _poll_job(
         self, state: WatchState, job: JobInfo, now: datetime, listed: set[str], failures: _FailureIndex | None = None,
-        signalled: set[str] | None = None,
+        signalled: set[str] | None = None, routine_allowed: Callable[[], bool] | None = None,
     ) -> JobObservation | None:
         if job.opt_in.invalid:
             await self._report_invalid(state, job, now)
@@ -473,6 +489,9 @@ class WatchActivities:
             return None
         obs = _with_unsent(watched.unsent, await self._observe(state, watched, job, now, first=first, failures=failures))
         if obs is None:
+            return None
+        if routine_allowed is not None and _routine(obs) and not routine_allowed():
+            watched.unsent = obs  # sent with the next pass's news (its row is written on its turn)
             return None
         if signalled is not None:
             signalled.add(wid)  # signalled, or kept to be sent again: the row is written this pass either way
@@ -856,6 +875,11 @@ class _FailureIndex:
 
 
 FATAL_GRACE_S = 60.0  # a fatal line, then no progress for this long (or 3 iterations, if longer): stalled
+
+
+def _routine(obs: JobObservation) -> bool:
+    """Whether an observation may wait a pass: only routine reasons, about a job that has not ended."""
+    return set(obs.reasons) <= ROUTINE_REASONS and not obs.job.state.finished
 
 
 def _with_unsent(unsent: JobObservation | None, new: JobObservation | None) -> JobObservation | None:

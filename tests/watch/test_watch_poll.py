@@ -181,3 +181,22 @@ async def test_an_observation_temporal_refused_is_sent_again_with_the_next_one(s
     assert sent[0].job.state is JobState.FAILED
     assert all(w.unsent is None for w in state.jobs.values())
     assert await watch.poll_once(state) == []  # sent once, not again
+
+
+async def test_routine_news_waits_when_the_pass_is_out_of_time_and_a_failure_never_does(screen: LogScreen) -> None:
+    """A pass past its share of the interval keeps first sightings of running jobs for the next pass; a job first
+    seen failed, and a running job that fails, are signalled at once."""
+    listing = Listing([job("1", JobState.RUNNING), job("2", JobState.FAILED), job("3", JobState.RUNNING)])
+    temporal = Temporal()
+    watch = make(listing, Logs(), temporal, screen, lambda: T0)
+    state = WatchState()
+    sent = await watch.poll_once(state, routine_s=0.0)  # no time left for routine news at all
+    assert [o.job.job_id for o in sent] == ["2"]
+    listing.jobs[2] = job("3", JobState.FAILED)
+    sent = await watch.poll_once(state, routine_s=0.0)
+    assert [(o.job.job_id, o.reasons) for o in sent] == [
+        ("3", [ObservationReason.FIRST_SEEN, ObservationReason.STATE_CHANGE])]  # the kept sighting goes with it
+    sent = await watch.poll_once(state, routine_s=60.0)  # time again: the job that waited is started
+    assert [(o.job.job_id, o.reasons) for o in sent] == [("1", [ObservationReason.FIRST_SEEN])]
+    assert sorted(wid.split("-")[-2] for wid, _ in temporal.started) == ["1", "2", "3"]
+    assert await watch.poll_once(state, routine_s=60.0) == []
