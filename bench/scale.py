@@ -102,11 +102,16 @@ def run_size(jobs: int, args: argparse.Namespace, tmp: Path) -> dict:
             "--cluster", f"sim-{jobs}", "--workdir", str(work), "--out", str(out),
             "--failures-per-min", str(args.failures_per_min)]
     started = time.time()
-    worker = subprocess.Popen(argv, stdout=(work / "worker.log").open("w"), stderr=subprocess.STDOUT)
-    peak = {"worker": 0.0, "server": 0.0}
-    cpu_last = {"worker": 0.0, "server": 0.0}
+    procs = {}
+    if args.processes == 2:  # `jobmedic worker --role workflows` beside `--role clusters` (the simulator's side)
+        procs["workflows"] = subprocess.Popen(argv + ["--role", "workflows", "--out", str(work / "wf.json")],
+                                              stdout=(work / "workflows.log").open("w"), stderr=subprocess.STDOUT)
+        argv += ["--role", "clusters"]
+    worker = procs["worker"] = subprocess.Popen(argv, stdout=(work / "worker.log").open("w"), stderr=subprocess.STDOUT)
+    peak = {name: 0.0 for name in [*procs, "server"]}
+    cpu_last = {name: 0.0 for name in [*procs, "server"]}
     while worker.poll() is None:
-        for name, pid in (("worker", worker.pid), ("server", server.pid)):
+        for name, pid in [*((n, pr.pid) for n, pr in procs.items()), ("server", server.pid)]:
             try:
                 peak[name] = max(peak[name], proc_rss_mb(pid))
                 cpu_last[name] = proc_cpu_s(pid)
@@ -114,6 +119,11 @@ def run_size(jobs: int, args: argparse.Namespace, tmp: Path) -> dict:
                 pass
         time.sleep(1.0)
     wall = time.time() - started
+    if "workflows" in procs:
+        procs["workflows"].terminate()
+        procs["workflows"].wait(timeout=60)
+        cpu_last["worker"] += cpu_last["workflows"]  # the worker's CPU is both processes'
+        peak["worker"] += peak["workflows"]
     server_cpu = proc_cpu_s(server.pid) - cpu0["server"]
     server.terminate()
     server.wait(timeout=30)
@@ -124,7 +134,7 @@ def run_size(jobs: int, args: argparse.Namespace, tmp: Path) -> dict:
     lat = s["latencies_s"]
     passes = s["pass_s"] or [float("nan")]
     return {
-        "jobs": jobs, "shards": s["shards"], "interval_s": s["interval_s"], "seconds": args.seconds,
+        "jobs": jobs, "shards": s["shards"], "processes": args.processes, "interval_s": s["interval_s"], "seconds": args.seconds,
         "passes": s["passes"], "pass_s": statistics.median(passes), "pass_max_s": max(passes),
         "worker_cpu_s": cpu_last["worker"], "worker_cpu_pct": 100 * cpu_last["worker"] / wall,
         "sim_cpu_s": s["sim_cpu_s"], "worker_rss_mb": peak["worker"],
@@ -209,6 +219,8 @@ def main() -> None:
     p.add_argument("--seconds", type=float, help="simulated run per size (default 120, --quick 45)")
     p.add_argument("--interval", type=float, default=15.0, help="poll interval (the default setting)")
     p.add_argument("--shards", type=int, default=4, help="watch shards (the default setting)")
+    p.add_argument("--processes", type=int, choices=(1, 2), default=1,
+                   help="worker processes: 1 (jobmedic worker) or 2 (--role workflows and --role clusters)")
     p.add_argument("--failures-per-min", type=float, default=6.0)
     p.add_argument("--real-slurm", type=int, metavar="N", help="only the batched query against real Slurm, N jobs queued")
     args = p.parse_args()
@@ -227,7 +239,9 @@ def main() -> None:
         if "error" in r:
             print(f"{r['jobs']} jobs: {r['error']}", file=sys.stderr)
     print(f"poll interval {args.interval:g} s, {args.shards} shards, {args.seconds:g} s per size, "
-          f"{args.failures_per_min:g} failures/min once the first pass is done; 2 CPU cores shared")
+          f"{args.failures_per_min:g} failures/min once the first pass is done; {args.processes} worker "
+          f"process(es){' (--role workflows + --role clusters; worker CPU and RSS are both)' if args.processes == 2 else ''}; "
+          f"{os.cpu_count()} CPU cores shared")
     print_table(
         ["jobs", "pass p50 s", "pass max s", "interval s", "worker CPU %", "(sim CPU s)", "worker RSS MB",
          "server CPU %", "server RSS MB", "detect p50 s", "p95 s", "detected"],

@@ -249,8 +249,6 @@ async def serve(args: argparse.Namespace) -> dict[str, Any]:
     from workflows.cluster_watch import WatchNames, WatchPoke, watch_workflow_id
 
     cluster = args.cluster
-    sim = SimCluster(args.jobs, Path(args.workdir), failures_per_min=args.failures_per_min, seed=args.seed)
-    runner = SimRunner(sim)
     settings = Settings.model_validate({
         "deployment": "bench",
         "data_dir": args.workdir,
@@ -259,15 +257,24 @@ async def serve(args: argparse.Namespace) -> dict[str, Any]:
         "clusters": [{"name": cluster, "environment": "bench", "mode": "observe", "job_environments": "bench",
                       "poll_interval_s": args.interval, "watch_shards": args.shards}],
     })
+    client = await Client.connect(args.temporal, data_converter=pydantic_data_converter)
+    if args.role == "workflows":  # the other process of a two-process deployment: no cluster, no simulator
+        workers = await worker_mod.build_workers(settings, client, role="workflows")
+        tasks = [asyncio.create_task(w.run()) for w in workers]
+        await asyncio.sleep(args.seconds + min(args.interval, 15.0) + 60.0)  # outlives the watch's process
+        await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return {"role": "workflows"}
+    sim = SimCluster(args.jobs, Path(args.workdir), failures_per_min=args.failures_per_min, seed=args.seed)
+    runner = SimRunner(sim)
 
     def sim_parts(c, *, deployment: str = "jobmedic"):  # the simulated cluster behind the real adapters' interfaces
         return worker_mod.ClusterParts(settings=c, slurm=SlurmClient(runner, cluster=c.name, deployment=deployment),
                                        logs=LocalFileLogSource(), metrics=None, external=None)
 
     worker_mod.build_cluster_parts = sim_parts  # type: ignore[assignment]
-    client = await Client.connect(args.temporal, data_converter=pydantic_data_converter)
     stats = PassStats()
-    workers = await worker_mod.build_workers(settings, client, stats=stats)
+    workers = await worker_mod.build_workers(settings, client, stats=stats, role=args.role)
     await worker_mod.start_watches(settings, client)
     tasks = [asyncio.create_task(w.run()) for w in workers]
     watch = client.get_workflow_handle(watch_workflow_id(cluster))
@@ -356,6 +363,8 @@ def main() -> None:
     p.add_argument("--failures-per-min", type=float, default=6.0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--no-epilog", dest="epilog", action="store_false")
+    p.add_argument("--role", choices=("all", "workflows", "clusters"), default="all",
+                   help="what this worker process runs (jobmedic worker --role); clusters: the simulator is here")
     p.add_argument("--temporal", default="127.0.0.1:7233")
     p.add_argument("--cluster", default="sim")
     p.add_argument("--workdir", required=True)

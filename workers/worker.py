@@ -168,18 +168,29 @@ def precompile_workflows() -> bool:
     return bool(ok)
 
 
+ROLES = ("all", "workflows", "clusters")  # what one worker process runs (`jobmedic worker --role`)
+
+
 async def build_workers(
-    settings: Settings, client: Client, *, clusters: list[ClusterSettings] | None = None, stats: object | None = None
+    settings: Settings, client: Client, *, clusters: list[ClusterSettings] | None = None, stats: object | None = None,
+    role: str = "all",
 ) -> list[Worker]:
+    """The Temporal workers of this process. `role`: "all" (one process does everything), or one half of a
+    deployment that runs two kinds of process (on one machine, two cores instead of one; or on several):
+    "workflows" (the job workflows and their attribution and audit activities, on the main task queue) and
+    "clusters" (each cluster's watch and scheduler activities, on its own queue). Both must run somewhere."""
     from workers.factories.audit import build_audit_store
 
-    await asyncio.to_thread(precompile_workflows)
+    if role not in ROLES:
+        raise ValueError(f"unknown worker role {role!r}; use one of {', '.join(ROLES)}")
+    if role != "clusters":
+        await asyncio.to_thread(precompile_workflows)
     audit = build_audit_store(settings)
     await asyncio.to_thread(audit.migrate)
     screen = await asyncio.to_thread(LogScreen)  # compiles the pattern catalogue once, up front
     clusters = clusters or settings.clusters
     parts = [build_cluster_parts(c, deployment=settings.deployment) for c in clusters]
-    for part in parts:
+    for part in parts if role != "workflows" else []:
         await warn_about_decision_timing(part.settings, part.slurm)
     # one external attribution service per deployment: the first cluster's wins for the main queue
     external = next((p.external for p in parts if p.external is not None), None)
@@ -194,8 +205,8 @@ async def build_workers(
             activities=[attribution.attribute, audit_acts.record_audit, systemic.report_failure, systemic.alert],
             max_cached_workflows=10_000,
         )
-    ]
-    for part in parts:
+    ] if role != "clusters" else []
+    for part in parts if role != "workflows" else []:
         c = part.settings
         sched = SchedulerActivities(
             slurm=part.slurm,
@@ -268,13 +279,16 @@ async def start_watches(settings: Settings, client: Client, *, clusters: list[Cl
         )
 
 
-async def run_worker(settings: Settings, client: Client, *, stop: asyncio.Event | None = None) -> None:
-    """Run until `stop` is set (or for ever)."""
+async def run_worker(
+    settings: Settings, client: Client, *, stop: asyncio.Event | None = None, role: str = "all"
+) -> None:
+    """Run until `stop` is set (or for ever); `role`: see `build_workers`."""
     from workers.metrics_server import WatchStats
 
     stats = WatchStats()  # the watches' passes, served by the metrics endpoint
-    workers = await build_workers(settings, client, stats=stats)
-    await start_watches(settings, client)
+    workers = await build_workers(settings, client, stats=stats, role=role)
+    if role != "workflows":
+        await start_watches(settings, client)
     logger.info(
         "jobmedic worker up: task queues {} ; clusters {}",
         ", ".join(w.task_queue for w in workers),

@@ -15,7 +15,15 @@ from workflows.messages import JobStatus, QueryNames, SignalNames, recovery_quer
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("worker", help="run the Temporal worker for the configured clusters")
+    p = sub.add_parser(
+        "worker", help="run the Temporal worker for the configured clusters",
+        description="Run the Temporal worker for the configured clusters. One process does everything by default; "
+                    "one Python process uses one core, so a large deployment (thousands of watched jobs) runs one "
+                    "process of each role, on one machine or several, with the same settings.",
+    )
+    p.add_argument("--role", choices=("all", "workflows", "clusters"), default="all",
+                   help="all (default); workflows: the job workflows and their attribution and audit activities; "
+                        "clusters: each cluster's watch and scheduler activities. Both roles must run somewhere")
     p.set_defaults(handler=cmd_worker)
 
     p = sub.add_parser("dev", help="embedded stack: Temporal dev server (if none runs) + worker + SQLite audit")
@@ -45,7 +53,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
     async def main() -> None:
         client = await connect(settings)
-        await run_worker(settings, client, stop=_stop_on_signals())
+        await run_worker(settings, client, stop=_stop_on_signals(), role=args.role)
 
     asyncio.run(main())
     return 0
