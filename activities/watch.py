@@ -309,8 +309,11 @@ class WatchActivities:
         waker = PollWaker.for_this_activity(self._client)  # Slurm's hooks can bring the next poll forward
         while True:
             try:
-                await self.poll_once(state, shard=shard, shards=shards, keeper=keeper,
-                                     routine_s=inp.poll_interval_s * ROUTINE_SHARE)
+                if waker.targets is not None:  # a poke named jobs: those, each read on its own
+                    await self.poll_jobs(state, waker.targets, shard=shard, shards=shards, keeper=keeper)
+                else:
+                    await self.poll_once(state, shard=shard, shards=shards, keeper=keeper,
+                                         routine_s=inp.poll_interval_s * ROUTINE_SHARE)
             except JobmedicError as exc:
                 logger.warning("poll of cluster {} failed: {} (retrying next interval)", inp.cluster, exc)
             activity.heartbeat(self._beat(state, keeper, shard, shards))
@@ -401,6 +404,48 @@ class WatchActivities:
                 self._ctx.cluster, started_at=now, finished_at=self._clock(), watched_jobs=len(state.jobs)
             )
         return sent
+
+    async def poll_jobs(
+        self, state: WatchState, job_ids: set[str], *, shard: int = 0, shards: int = 1,
+        keeper: ShardKeeper | None = None,
+    ) -> list[JobObservation]:
+        """A poke's poll: only the named jobs of this shard, each read on its own (`squeue --jobs ID`), and
+        their rows written; returns the observations it signalled. Jobs gone, and every other job, are the
+        next full pass's (which stays on its interval)."""
+        now = self._clock()
+        jobs = []
+        for job_id in sorted(j for j in job_ids if shards == 1 or shard_of(j, shards) == shard):
+            job = await self._read_one(job_id)
+            if job is not None:
+                jobs.append(job)
+        self._remember_failures(state, [j for j in jobs if self._watched_environment(j)], now)
+        failures = _FailureIndex(state.failures)
+        listed: set[str] = set()
+        signalled: set[str] = set()
+        sent = []
+        for job in jobs:
+            job.cluster = self._ctx.cluster
+            try:
+                obs = await self._poll_job(state, job, now, listed, failures, signalled)
+            except Exception as exc:  # noqa: BLE001 - as in a full pass: the next one looks again
+                logger.opt(exception=exc).warning("watch of poked job {} failed: {}", job.job_id, exc)
+                continue
+            if obs is not None:
+                sent.append(obs)
+        if keeper is not None:
+            await self._save(keeper, state, urgent=signalled, turn=False)
+        return sent
+
+    async def _read_one(self, job_id: str) -> JobInfo | None:
+        """One job as the scheduler shows it now; None when it cannot be read (the full pass will)."""
+        get_job = getattr(self._slurm, "get_job", None)
+        try:
+            if get_job is not None:
+                return await get_job(job_id)
+            return next((j for j in await self._slurm.list_jobs(opted_in_only=True) if j.job_id == job_id), None)
+        except JobmedicError as exc:  # JobNotFound (ended long ago), or the scheduler unreachable
+            logger.info("poked job {} not read on its own ({}); the next full pass looks at it", job_id, exc)
+            return None
 
     async def _save(
         self, keeper: ShardKeeper, state: WatchState, *, urgent: set[str] | None = None, turn: bool = True

@@ -4,9 +4,13 @@
 workflow; the workflow keeps the last pokes and answers the `pokes` query. While
 the activity waits for its next poll it asks that query every `CHECK_EVERY_S`
 (cheap: a query is answered from the workflow's cached state and adds no
-history), and a new poke ends the wait at once. The poll that follows is the
-normal one (one batched scheduler query for every job), so a poke changes when
-the watch looks, never what it sees or what it signals.
+history), and a new poke ends the wait at once. A poke that names jobs (the
+job-end hook) is followed by a poll of those jobs only, each read on its own
+(`targets`); one that names nodes (strigger), or none, by a full pass. The full
+pass stays on its interval, counted from the last full pass: at 10,000 jobs a
+full pass costs seconds of CPU, and a poke per ended job made the watch run full
+passes back to back. A poke changes when the watch looks at a job, never what it
+sees or what it signals.
 
 Slurm runs EpilogSlurmctld while the job is still COMPLETING (22.05, observed:
 `squeue --json` says COMPLETING until the epilog has exited), so a poll right
@@ -75,7 +79,10 @@ class PollWaker:
         self._seen: int | None = None  # number of the newest poke taken (None: not asked yet)
         self._settling: dict[str, float] = {}  # poked job id -> until when it is polled again early
         self._quiet_until = 0.0
+        self._full_due: float | None = None  # when the next full pass is due
         self.handover_asked = False  # the workflow wants the state back, to continue as new with it
+        # after `wait`: the job ids the next poll is for, or None for a full pass over every job
+        self.targets: set[str] | None = None
 
     @classmethod
     def for_this_activity(cls, client: Client) -> PollWaker:
@@ -85,16 +92,28 @@ class PollWaker:
         return cls(client, workflow_id)
 
     async def wait(self, state: WatchedJobs, interval_s: float) -> list[WatchPoke]:
-        """Sleep until the next poll is due: `interval_s` from now, or sooner; returns the pokes that woke it."""
+        """Sleep until the next poll is due: the next full pass `interval_s` after the last one, or sooner for
+        poked jobs; returns the pokes that woke it, and sets `targets` to what the next poll is for."""
         self._settle(state)
-        due = self._monotonic() + interval_s
-        if self._settling:
-            due = min(due, self._monotonic() + REPOLL_EVERY_S)
-        while (left := due - self._monotonic()) > 0:
+        now = self._monotonic()
+        if self.targets is None or self._full_due is None:  # the poll just made was a full pass
+            self._full_due = now + interval_s
+        self.targets = None
+        repoll = now + REPOLL_EVERY_S if self._settling else None
+        while (left := self._full_due - self._monotonic()) > 0:
             pokes = await self._new_pokes()
-            if pokes or self.handover_asked:
+            if self.handover_asked:
                 return pokes
-            await asyncio.sleep(min(self._check_every_s, left))
+            if pokes:
+                self.targets = _named_jobs(pokes)
+                return pokes
+            if repoll is not None and self._monotonic() >= repoll:
+                self.targets = set(self._settling)
+                return []
+            nap = min(self._check_every_s, left)
+            if repoll is not None:
+                nap = min(nap, max(0.0, repoll - self._monotonic()))
+            await asyncio.sleep(nap)
         return []
 
     def _settle(self, state: WatchedJobs) -> None:
@@ -136,3 +155,10 @@ class PollWaker:
                         f"; {poke.detail}" if poke.detail else "")
             self._settling.update({job_id: until for job_id in poke.job_ids})
         return pokes
+
+
+def _named_jobs(pokes: list[WatchPoke]) -> set[str] | None:
+    """The jobs a targeted poll reads, or None when some poke names nodes or no job (a full pass)."""
+    if any(p.nodes or not p.job_ids for p in pokes):
+        return None
+    return {job_id for p in pokes for job_id in p.job_ids}

@@ -89,12 +89,28 @@ async def test_a_poked_job_still_completing_is_polled_again_soon_then_left_to_th
     watch = Watch(clock, schedule=[(1001.0, poke("7"))])
     w = waker(clock, watch)
     assert await w.wait(state(), 15.0)  # poked
+    assert w.targets == {"7"}  # the poll that follows reads job 7 only
     t = clock.t
     assert await w.wait(state(**{"7": "COMPLETING"}), 15.0) == []  # the poll saw it in its epilog
-    assert clock.t == pytest.approx(t + 0.5)
-    t = clock.t
+    assert clock.t == pytest.approx(t + 0.5) and w.targets == {"7"}
     assert await w.wait(state(**{"7": "FAILED"}), 15.0) == []  # settled: back to the interval
-    assert clock.t == pytest.approx(t + 15.0)
+    assert clock.t == pytest.approx(1015.0) and w.targets is None  # the full pass, due since the last one
+
+
+async def test_pokes_naming_jobs_target_them_and_full_passes_keep_their_interval(clock: Clock) -> None:
+    """A poke per ended job (thousands a day on a large cluster) must not turn into full passes back to back."""
+    node_down = WatchPoke(source="node-down", nodes=["gpu07"], sent_at=NOW)
+    watch = Watch(clock, schedule=[(1002.0, poke("7")), (1004.0, poke("8", "9")), (1006.0, node_down)])
+    w = waker(clock, watch)
+    ended = state(**{"7": "FAILED", "8": "FAILED", "9": "COMPLETED"})
+    await w.wait(ended, 15.0)
+    assert w.targets == {"7"}
+    await w.wait(ended, 15.0)
+    assert w.targets == {"8", "9"}
+    await w.wait(ended, 15.0)
+    assert w.targets is None  # a node poke: every job of the node may be touched, a full pass
+    t = clock.t
+    assert await w.wait(ended, 15.0) == [] and clock.t == pytest.approx(t + 15.0)
 
 
 async def test_a_job_that_never_settles_is_re_polled_for_a_bounded_time(clock: Clock) -> None:

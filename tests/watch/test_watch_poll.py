@@ -200,3 +200,39 @@ async def test_routine_news_waits_when_the_pass_is_out_of_time_and_a_failure_nev
     assert [(o.job.job_id, o.reasons) for o in sent] == [("1", [ObservationReason.FIRST_SEEN])]
     assert sorted(wid.split("-")[-2] for wid, _ in temporal.started) == ["1", "2", "3"]
     assert await watch.poll_once(state, routine_s=60.0) == []
+
+
+@dataclass
+class ReadsOne(Listing):
+    """A listing that also reads one job on its own (SlurmClient.get_job), counting both kinds of read."""
+
+    full_reads: int = 0
+    one_reads: list[str] = field(default_factory=list)
+
+    async def list_jobs(self, *, opted_in_only: bool = True) -> list[JobInfo]:
+        self.full_reads += 1
+        return await super().list_jobs(opted_in_only=opted_in_only)
+
+    async def get_job(self, job_id: str) -> JobInfo:
+        from adapters.errors import JobNotFound
+
+        self.one_reads.append(job_id)
+        for j in self.jobs:
+            if j.job_id == job_id:
+                return j.model_copy(deep=True)
+        raise JobNotFound(f"job {job_id} is not known")
+
+
+async def test_a_poke_for_one_job_reads_and_signals_that_job_only(screen: LogScreen) -> None:
+    listing = ReadsOne([job("1", JobState.RUNNING), job("2", JobState.RUNNING)])
+    temporal = Temporal()
+    watch = make(listing, Logs(), temporal, screen, lambda: T0)
+    state = WatchState()
+    await watch.poll_once(state)
+    assert listing.full_reads == 1
+    listing.jobs = [job("1", JobState.FAILED), job("2", JobState.FAILED)]
+    sent = await watch.poll_jobs(state, {"2", "404"})  # job-end pokes for job 2 and a job long gone
+    assert [(o.job.job_id, o.reasons) for o in sent] == [("2", [ObservationReason.STATE_CHANGE])]
+    assert listing.full_reads == 1 and sorted(listing.one_reads) == ["2", "404"]
+    sent = await watch.poll_once(state)  # the full pass finds job 1's failure, and job 2's is not sent twice
+    assert [(o.job.job_id, o.reasons) for o in sent] == [("1", [ObservationReason.STATE_CHANGE])]
