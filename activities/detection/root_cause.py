@@ -7,6 +7,7 @@ behind, or whose stack dump is elsewhere), since only the choice knows who the v
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from activities.detection.signals import EXCEPTION_PATTERNS, Signal, SignalBuilder
@@ -321,7 +322,7 @@ def _nccl_timeout_choice(b: SignalBuilder, timeouts: list[Signal], evidence: Job
     suspects: set[int] = set()
     for s in timeouts:
         if s.fields.get("suspect_rank"):
-            suspects.add(int(s.fields["suspect_rank"]))
+            suspects |= _listed_ranks(s.fields["suspect_rank"])  # 'Ranks 4, 5, 6, 7 failed to pass', '{1, 3}'
             continue
         if s.host:
             hosts_reporting.add(s.host)
@@ -341,6 +342,8 @@ def _nccl_timeout_choice(b: SignalBuilder, timeouts: list[Signal], evidence: Job
     if len(set(known_seqs.values())) > 1:
         newest = max(known_seqs.values())
         suspects |= {r for r, q in known_seqs.items() if q < newest}
+    if not suspects:
+        suspects |= _other_collective(timeouts)
     if not suspects and len(reporters) >= 2 and max(reporters) < 65536:
         world = _world_size(evidence.job, reporters)
         silent = set(range(world)) - reporters
@@ -349,7 +352,7 @@ def _nccl_timeout_choice(b: SignalBuilder, timeouts: list[Signal], evidence: Job
     hosts: set[str] = set()
     for r in suspects:
         h = b.host_of_rank(r)
-        if h:
+        if h and len(b.job_hosts) != 1:  # a one-node job's node holds the victims too: it singles nothing out
             hosts.add(h)
     if not suspects and len(hosts_reporting) >= 2 and len(b.job_hosts) > len(hosts_reporting):
         silent_hosts = set(b.job_hosts) - hosts_reporting
@@ -364,6 +367,28 @@ def _nccl_timeout_choice(b: SignalBuilder, timeouts: list[Signal], evidence: Job
         why = f"{len(reporters)} rank(s) reported the timeout and none stands out as the one that never arrived"
     base = 0.7 if (suspects or hosts) else 0.6
     return Choice(Category.NCCL_TIMEOUT, timeouts, base, why=why, hosts=sorted(hosts), ranks=sorted(suspects))
+
+
+def _listed_ranks(text: str) -> set[int]:
+    return {int(r) for r in re.findall(r"[0-9]{1,6}", text)}
+
+
+def _other_collective(timeouts: list[Signal]) -> set[int]:
+    """Ranks that time out on the same collective number as the others but in another operation (a BROADCAST
+    where three or more wait in an ALLREDUCE): the program took another path there. Fewer than half, one op."""
+    op_of: dict[int, tuple[str, str]] = {}
+    for s in timeouts:
+        if s.rank is not None and s.fields.get("op") and s.fields.get("seq") is not None:
+            op_of.setdefault(s.rank, (s.fields["seq"], s.fields["op"]))
+    if len(op_of) < 3 or len({seq for seq, _ in op_of.values()}) != 1:
+        return set()
+    by_op: dict[str, set[int]] = {}
+    for rank, (_, op) in op_of.items():
+        by_op.setdefault(op, set()).add(rank)
+    if len(by_op) != 2:
+        return set()
+    fewest = min(by_op.values(), key=len)
+    return fewest if 2 * len(fewest) < len(op_of) else set()
 
 
 def _world_size(job: JobInfo | None, reporters: set[int]) -> int:

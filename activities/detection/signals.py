@@ -387,8 +387,8 @@ class SignalBuilder:
             return set()
         missing: set[int] = set()
         ready_lists: list[set[int]] = []
-        for s in reports:
-            for m in _HVD_LIST.finditer(s.line):
+        for text in self._stall_report_texts(reports):
+            for m in _HVD_LIST.finditer(text):
                 ranks = {int(r) for r in re.findall(r"[0-9]{1,6}", m.group(2))}
                 if m.group(1) == "missing":
                     missing |= ranks
@@ -405,6 +405,20 @@ class SignalBuilder:
         if not missing or (world and len(missing) > max(1, world // 4)):
             return set()
         return missing
+
+    def _stall_report_texts(self, reports: list[Signal]) -> list[str]:
+        """The report lines and the rows printed right under each: Horovod lists its 'Stalled ops:' one a row,
+        each with its '[ready ranks: ...]', on lines no pattern flags."""
+        texts = [s.line for s in reports]
+        starts = {s.line_no for s in reports if s.line_no is not None}
+        following = -1  # the line number the report's next row would have
+        for n, line in self.lines:
+            if n in starts:
+                following = n + 1
+            elif n == following and (_HVD_ROW.search(line) or "Stalled ops:" in line):
+                texts.append(line)
+                following = n + 1
+        return texts
 
     def _elastic_field(self, fields: dict[str, str], line_no: int) -> None:
         if not self.elastic or ("host" in fields and "host" in self.elastic[-1]) or (
@@ -681,6 +695,7 @@ _DUMP_LOCAL_RANK = re.compile(r"(?i)\blocal[_ -]?rank[ =:#]{0,2}([0-9]{1,6})")
 _DUMP_RANK = re.compile(r"(?i)\b(?:global[_ ])?rank[ =:#]{0,2}([0-9]{1,6})")
 _DUMP_TASK = re.compile(r"(?i)\btask[ =:#]{0,2}([0-9]{1,6})")
 _HVD_LIST = re.compile(r"\[(missing|ready) ranks: ?([0-9][0-9, ]{0,4000})\]")
+_HVD_ROW = re.compile(r"\[(?:missing|ready) ranks: ?[0-9]")  # a 'Stalled ops:' row: 'TENSOR [ready ranks: 3, 0]'
 _PREVIOUS_XID = re.compile(r"caused by previous Xid ([0-9]{1,4})")
 PCI = re.compile(r"(?<![0-9A-Fa-f:])((?:[0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9])?(?![0-9A-Fa-f:])")
 
