@@ -50,7 +50,7 @@ def implicate(
         root = b.elastic_root()
         if not erring and root is not None and root[0]:
             erring = {root[0]}  # torchrun's first failed worker is where the CUDA error happened
-        xid_hosts = {s.host for s in b.signals if s.pattern_id == "nvrm_xid"}
+        xid_hosts = {s.host for s in b.signals if s.fields.get("xid")}
         if None in xid_hosts and len(erring) == 1:
             xid_hosts |= erring  # a bare dmesg line printed by the job: the host it ran on
         if any(s.pattern_id in _DEVICE_CUDA_ERRORS for s in sigs):
@@ -155,7 +155,7 @@ def implicate(
 # causes that live on one node; not host OOM: a job that outgrows a node's memory is the job's, not the node's,
 # unless the message singles out one node of several
 _NODE_LOCAL = {Category.GPU_HARDWARE, Category.NODE_FAILURE, Category.INTERCONNECT, Category.CUDA_ERROR}
-_NODE_MEMORY = re.compile(r"(?i)node running low on memory|NODE_OUT_OF_MEMORY|memory pressure|Memory on the node")
+_NODE_MEMORY = re.compile(r"(?i)node running low on memory|NODE_OUT_OF_MEMORY|memory pressure|Memory on the node|System memory low at node")
 NEAR = 3  # lines either side of a failing line that belong to its message (Ray's "ip: ..." block, a wrapped line)
 _GPU_REF = re.compile(r"(?i)(?<![A-Za-z0-9_])(?:gpu[ _-]?(?:id|index)?[ #:=]{0,3}|cuda:)([0-9]{1,2})(?![0-9A-Za-z:.])")
 

@@ -264,7 +264,7 @@ class SignalBuilder:
             sig.gpu = f"{sig.host}:{fields['gpu_index']}" if sig.host else fields["gpu_index"]
         elif ctx.local_gpu is not None and sig.host:
             sig.gpu = f"{sig.host}:{ctx.local_gpu}"
-        if spec.id == "nvrm_xid" and fields.get("xid"):
+        if fields.get("xid"):  # the kernel's Xid line, or a tool reporting one (gpud): the code says what it is
             info = xid_info(int(fields["xid"]))
             earlier = _PREVIOUS_XID.search(line)
             if earlier and not info.condemns:

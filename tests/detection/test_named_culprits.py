@@ -6,6 +6,10 @@
 - Ranks timing out on the same collective number in another operation than three or more others took another
   path there: they are the suspects.
 - On a one-node job a suspect rank's node is every victim's node too: it is not blamed.
+- Known failures in another tool's words: a health agent's Xid (gpud) goes through the Xid table like the
+  kernel's; Ray's 'System memory low at node with IP' is that node's OOM; PJRT's 'RESOURCE_EXHAUSTED: Error
+  allocating device buffer' is a GPU OOM; 'NCCL operation ncclX(...) failed: internal error' (XLA, TF, CuPy) is
+  the NCCL result it names; NCCL's invalid usage is an NCCL error.
 """
 
 from __future__ import annotations
@@ -60,3 +64,39 @@ def test_a_suspect_on_a_one_node_job_does_not_blame_the_node():
     v = verdict_of("nccl_timeout-accelerate-seqnum1-broadcast-main-process-first-e5a29")
     assert v.category == Category.NCCL_TIMEOUT
     assert v.implicated.hosts == []
+
+
+# ----------------------------------------------------------------------------- known failures in another tool's words
+
+
+def test_a_health_agents_xid_is_read_like_the_kernels():
+    """gpud's events API: 'xid 119 detected by dmesg' and '\\"xid\\":119' (GSP RPC timeout) on hgx-0417, the
+    node of the prompt (before: an NCCL timeout, no host)."""
+    v = verdict_of("gpu_hardware-gpud-events-xid119-dmesg-single-node-e5b07")
+    assert v.category == Category.GPU_HARDWARE
+    assert v.implicated.hosts == ["hgx-0417"]
+
+
+def test_rays_system_memory_low_at_node_is_that_nodes_oom():
+    """raylet: 'System memory low at node with IP 172.31.41.128 ... killing latest task' (before: app_error)."""
+    v = verdict_of("host_oom-ray-train-raylet-system-memory-low-ip-e5b24")
+    assert v.category == Category.HOST_OOM
+    assert v.implicated.hosts == ["ray-gpu-worker-1"]
+
+
+def test_pjrt_error_allocating_device_buffer_is_a_gpu_oom():
+    """torch_xla on TPU: 'RESOURCE_EXHAUSTED: Error allocating device buffer: Attempting to allocate 392.00M'."""
+    assert verdict_of("gpu_oom-torch-xla-tpu-hbm-resource-exhausted-worker3-e5b37").category == Category.GPU_OOM
+
+
+def test_xlas_nccl_operation_failed_is_the_nccl_result_it_names():
+    """'NCCL operation ncclCommInitRank(&comm, nranks, id, rank) failed: internal error' (before: app_error)."""
+    assert verdict_of("nccl_error-jax-internal-error-topology-nic-busid-e5a15").category == Category.NCCL_ERROR
+
+
+def test_nccl_invalid_usage_is_an_nccl_error():
+    """'NCCL error in: ... invalid usage', then ncclInvalidUsage and NCCL's 'Duplicate GPU detected : rank 9 and
+    rank 1 both on CUDA device 34000' (before: app_error). A Duplicate GPU warning that comes first stays the
+    launch misconfiguration it is (test_verdict.py, the synthetic corpus's app_error_05)."""
+    assert verdict_of("nccl_error-ray-duplicate-gpu-ranks-on-two-nodes-e5a11").category == Category.NCCL_ERROR
+    assert verdict_of("nccl_error-invalid-usage-duplicate-gpu-megatron-2171-n1b09").category == Category.NCCL_ERROR
