@@ -85,6 +85,8 @@ def implicate(
         if far:
             choice.why = (choice.why + "; " if choice.why else "") + (
                 f"{len(far)} failed link(s) name {', '.join(sorted({s.host for s in far if s.host}))} as their far end")
+    if cat == Category.NODE_FAILURE and not hosts:
+        hosts |= _failed_node(b)
     root = b.elastic_root()
     if root is not None and cat not in (Category.NCCL_TIMEOUT, Category.HANG, Category.PREEMPTED, Category.TIME_LIMIT):
         if not hosts and root[0] and implicates_hosts(cat, domain):
@@ -103,8 +105,6 @@ def implicate(
             ranks |= set(first)
     if cat == Category.HANG:
         hosts |= set(evidence.straggler_hosts)
-    if cat in (Category.NODE_FAILURE,) and not hosts:
-        hosts |= {s.host for s in b.signals if s.source == "node" and s.category == cat and s.host}
     if cat in (Category.NCCL_TIMEOUT, Category.NCCL_ERROR, Category.HANG, Category.INTERCONNECT) and not hosts:
         repeat = [h for h in sorted(b.job_hosts) if evidence.node_failure_counts.get(h, 0) >= 2]
         if len(repeat) == 1:
@@ -289,6 +289,18 @@ _RANK_CRASH = {Category.CUDA_ERROR, Category.GPU_HARDWARE, Category.APP_ERROR, C
 _MOUNT_ERRORS = {"stale_file_handle", "io_error", "disk_full", "checkpoint_write_failed", "file_not_found"}
 _NODE_LOCAL_PATH = re.compile(r"['\" (](/(?:local|localscratch|lscratch|scratch/local|local_scratch|tmp|raid[0-9]?|nvme[0-9a-z]*|ssd|mnt/local|mnt/nvme|local_disk[0-9]?|dev/nvme)[/'\" ]|\$TMPDIR|SLURM_TMPDIR)")
 _DEVICE_CUDA_ERRORS = {"cuda_unknown_error"}  # "CUDA error: unknown error": usually a GPU that became unusable
+
+
+def _failed_node(b: SignalBuilder) -> set[str]:
+    """The node of a node failure whose chosen evidence names none (Slurm's NODE_FAIL): the one the nodes' own
+    records show failing, else the one host strong log lines say was lost (a survivor's 'task:5 heartbeat
+    timeout' is about task 5's node). Before the launcher's first failed rank, which is only the first to notice."""
+    failing = {s.host for s in b.signals if s.source == "node" and s.category == Category.NODE_FAILURE and s.host}
+    if failing:
+        return failing
+    named = {s.host for s in b.signals if s.source == "log" and s.category == Category.NODE_FAILURE and s.strong
+             and s.host_from == "message" and s.host}
+    return named if len(named) == 1 else set()
 
 
 def _local_mount(sigs: list[Signal], b: SignalBuilder) -> set[str]:

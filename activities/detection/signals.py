@@ -253,6 +253,8 @@ class SignalBuilder:
                 sig.fields["task_ids"] = ",".join(map(str, tasks))
         if sig.rank is not None and sig.host and (ctx.host or "host" in fields):
             self.rank_host.setdefault(sig.rank, sig.host)
+        if fields.get("lost_task"):
+            self._about_lost_task(sig, int(fields["lost_task"]))
         pci = fields.get("pci")
         if not pci and spec.category == Category.GPU_HARDWARE:
             m = PCI.search(ctx.text)
@@ -283,6 +285,15 @@ class SignalBuilder:
         elif spec.id == "dataloader_killed" and fields.get("signal", "").strip() == "Bus error":
             sig.note = "the worker died of SIGBUS: /dev/shm is too small for the DataLoader"
         return sig
+
+    def _about_lost_task(self, sig: Signal, task: int) -> None:
+        """A line about the task it says was lost (JAX's coordination service: 'Task /job:jax_worker/replica:0/
+        task:5 heartbeat timeout', printed by every survivor): that task, on its node by the layout."""
+        sig.rank = sig.task = task
+        node = self.layout.node_of_rank(task) if self.layout is not None else None
+        if node:
+            sig.host, sig.host_from = node, "message"
+            sig.peers = [h for h in sig.peers if h != node]
 
     def _exception(self, sig: Signal, ctx: LineContext, line_no: int) -> Signal | None:
         exc = sig.fields.get("exc_type", "")

@@ -10,6 +10,9 @@
   kernel's; Ray's 'System memory low at node with IP' is that node's OOM; PJRT's 'RESOURCE_EXHAUSTED: Error
   allocating device buffer' is a GPU OOM; 'NCCL operation ncclX(...) failed: internal error' (XLA, TF, CuPy) is
   the NCCL result it names; NCCL's invalid usage is an NCCL error.
+- A message naming the lost party: JAX's coordination service names the dead task ('task:5 heartbeat timeout'),
+  whose node the layout gives; a NODE_FAIL naming no node falls back to the one host strong node-failure lines
+  name, before the launcher's first failed rank.
 """
 
 from __future__ import annotations
@@ -100,3 +103,16 @@ def test_nccl_invalid_usage_is_an_nccl_error():
     launch misconfiguration it is (test_verdict.py, the synthetic corpus's app_error_05)."""
     assert verdict_of("nccl_error-ray-duplicate-gpu-ranks-on-two-nodes-e5a11").category == Category.NCCL_ERROR
     assert verdict_of("nccl_error-invalid-usage-duplicate-gpu-megatron-2171-n1b09").category == Category.NCCL_ERROR
+
+
+# ----------------------------------------------------------------------------- a message naming the lost party
+
+
+def test_a_heartbeat_timeout_is_about_the_task_it_names():
+    """Slurm says NODE_FAIL, naming no node; tasks 0 and 3 print 'Task /job:jax_worker/replica:0/task:5 heartbeat
+    timeout': task 5's node by the layout, gpu-j06, not the writers' nodes, and not task 3, srun's first
+    'Aborted', which only noticed first (before: rank 3, no host)."""
+    v = verdict_of("node_failure-jax-coordination-heartbeat-task5-srun-e5a36")
+    assert v.category == Category.NODE_FAILURE
+    assert v.implicated.hosts == ["gpu-j06"]
+    assert 3 not in v.implicated.ranks
