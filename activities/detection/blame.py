@@ -58,6 +58,8 @@ def implicate(
         hosts |= erring & xid_hosts
     if cat == Category.DATA_IO and not hosts:
         hosts |= _local_mount(sigs, b)
+    if cat == Category.DATA_IO and not hosts:
+        hosts |= _lost_client(sigs, b)
     if cat == Category.CUDA_ERROR and not hosts and domain == FaultDomain.SYSTEM_SOFTWARE:
         # a driver/runtime mismatch on some nodes only is those nodes' software; on all of them, the image's
         erring = {s.host for s in sigs if s.host}
@@ -286,6 +288,7 @@ def _link_blame(sigs: list[Signal], everything: list[Signal]) -> tuple[list[str]
 
 
 _RANK_CRASH = {Category.CUDA_ERROR, Category.GPU_HARDWARE, Category.APP_ERROR, Category.NODE_FAILURE, Category.NCCL_ERROR}
+_FS_CLIENT_LOST = {"lustre_error"}  # a client's own account of losing its file-system servers
 _MOUNT_ERRORS = {"stale_file_handle", "io_error", "disk_full", "checkpoint_write_failed", "file_not_found"}
 _NODE_LOCAL_PATH = re.compile(r"['\" (](/(?:local|localscratch|lscratch|scratch/local|local_scratch|tmp|raid[0-9]?|nvme[0-9a-z]*|ssd|mnt/local|mnt/nvme|local_disk[0-9]?|dev/nvme)[/'\" ]|\$TMPDIR|SLURM_TMPDIR)")
 _DEVICE_CUDA_ERRORS = {"cuda_unknown_error"}  # "CUDA error: unknown error": usually a GPU that became unusable
@@ -315,6 +318,18 @@ def _local_mount(sigs: list[Signal], b: SignalBuilder) -> set[str]:
     if len(seen) != 1:
         return set()
     return seen
+
+
+def _lost_client(sigs: list[Signal], b: SignalBuilder) -> set[str]:
+    """The node whose file-system client lost its servers (Lustre's LNet timeouts, obd_ping failures, an
+    eviction), when those client lines come only from the node whose process failed: that node's client (its
+    mount, its fabric port), not the shared storage, which the other nodes still reached."""
+    client = {s.host for s in b.signals if s.pattern_id in _FS_CLIENT_LOST}
+    failed = b.first_failed()
+    erring = {s.host for s in sigs if s.host} | ({failed[0]} if failed is not None and failed[0] else set())
+    if len(client) != 1 or None in client or client != erring:
+        return set()
+    return {h for h in client if h}
 
 
 def gpu_at_fault(cat: Category, domain: FaultDomain) -> bool:

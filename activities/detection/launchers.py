@@ -48,6 +48,8 @@ _NCCL_COMM = re.compile(
 _PROMPT = re.compile(r"^(?:[A-Za-z0-9_.-]{1,32}@(?P<host>[A-Za-z0-9][A-Za-z0-9._-]{0,62}):[^\s#$]{0,200}[#$]"
                      r"|\[[A-Za-z0-9_.-]{1,32}@(?P<rhel>[A-Za-z0-9][A-Za-z0-9._-]{0,62})(?: [^\]\s]{1,200})?\][#$]"
                      r"|[#$] ssh (?:-[A-Za-z]+ [^ ]+ )*(?P<ssh>[A-Za-z0-9][A-Za-z0-9._-]{0,62}) [^ ])")
+# a pasted section's banner: the same run of three or more '-', '=' or '#' on both sides of its title
+_SECTION = re.compile(r"^\s*(-{3,}|={3,}|#{3,}) [^\n]{1,200} \1\s*$")
 MAX_IDS = 64
 
 
@@ -59,6 +61,11 @@ def prompt_host(line: str) -> str | None:
     if not m:
         return None
     return m.group("host") or m.group("rhel") or m.group("ssh")
+
+
+def section_header(line: str) -> bool:
+    """A banner that opens a pasted section: '--- dmesg -T on gpu-e33 ---', '=== sacct ==='."""
+    return _SECTION.match(line) is not None
 
 
 @dataclass(frozen=True)

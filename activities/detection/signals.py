@@ -22,6 +22,7 @@ from activities.detection.launchers import (
     launcher_report,
     nccl_process,
     prompt_host,
+    section_header,
     task_ids,
 )
 from activities.detection.line_context import MAX_LINE, LineContext, parse_context
@@ -463,6 +464,12 @@ class SignalBuilder:
             if line_no in seen:
                 continue
             seen.add(line_no)
+            if self.nodemap and section_header(line):
+                # a pasted section ('--- dmesg -T on gpu-e33 ---') is about the one job node its banner names;
+                # a banner naming none (another machine's log, sacct) ends the session before it
+                named = [h for h in self.nodemap.mentioned(line[:MAX_LINE]) if not self.job_hosts or h in self.job_hosts]
+                self.prompts.append((line_no, named[0] if len(named) == 1 else None))
+                continue
             shell = prompt_host(line)
             if shell is None and self.nodemap and line.lstrip().startswith(("$ ", "# ")):
                 # a command typed at a prompt that names one of the job's nodes: "$ kubectl describe node H",

@@ -13,6 +13,9 @@
 - A message naming the lost party: JAX's coordination service names the dead task ('task:5 heartbeat timeout'),
   whose node the layout gives; a NODE_FAIL naming no node falls back to the one host strong node-failure lines
   name, before the launcher's first failed rank.
+- Shared storage failing through one node's client: Lustre client lines (LNet timeouts, an eviction) only from
+  the node whose process failed blame that node; a pasted section's banner ('--- dmesg -T on HOST ---') gives
+  its lines the one job node it names, as a shell prompt does.
 """
 
 from __future__ import annotations
@@ -116,3 +119,29 @@ def test_a_heartbeat_timeout_is_about_the_task_it_names():
     assert v.category == Category.NODE_FAILURE
     assert v.implicated.hosts == ["gpu-j06"]
     assert 3 not in v.implicated.ranks
+
+
+# ----------------------------------------------------------------------------- one node's file-system client
+
+
+def test_lustre_client_lines_only_from_the_failed_tasks_node_blame_it():
+    """Task 5 on dgj207 gets ESHUTDOWN (errno 108) reading a shard; dgj207's own dmesg (its prompt) shows LNet
+    timeouts, obd_ping failing and the client evicted: dgj207's client, not the shared storage (before: no host)."""
+    v = verdict_of("data_io-lustre-lnet-timeout-obd-ping-107-eshutdown-task5-e5b27")
+    assert v.category == Category.DATA_IO
+    assert v.implicated.hosts == ["dgj207"]
+    assert v.implicated.ranks == [5]
+
+
+def test_a_section_banner_gives_its_lines_the_host_it_names():
+    """'--- dmesg -T on gpu-e33 ---' opens gpu-e33's kernel log: its LustreError eviction lines are that node's
+    (before: no host); a banner naming no job node takes nothing."""
+    from activities.detection.launchers import section_header
+
+    assert section_header("--- dmesg -T on gpu-e33 ---")
+    assert section_header("=== sacct ===")
+    assert not section_header("--- a/train.py")
+    assert not section_header("--- dmesg -T on gpu-e33 ===")
+    v = verdict_of("data_io-lustre-client-evicted-dmesg-a5d09")
+    assert v.implicated.hosts == ["gpu-e33"]
+    assert verdict_of("data_io-lustre-oss-recovery-a5d10").implicated.hosts == []
