@@ -117,7 +117,8 @@ def implicate(
         # a transport error with no peer in it is the reporter's own NIC (RC: -22 opening its endpoint);
         # when a single node of three or more reports them, it is the one (of two, its one peer is as suspect)
         local = {s.host for s in sigs if s.host and not s.peers and s.host_from in ("prefix", "layout")}
-        if len(local) == 1 and (len(b.job_hosts) > 2 or not b.job_hosts):
+        own_device = any(_LOCAL_VERBS.search(s.text or s.line) for s in sigs if s.host in local)
+        if len(local) == 1 and (len(b.job_hosts) > 2 or not b.job_hosts or own_device):
             hosts |= local
             choice.why = (choice.why + "; " if choice.why else "") + (
                 f"only {next(iter(local))} reports the transport failing, naming no peer")
@@ -221,6 +222,9 @@ def _one_gpu(texts: list[str]) -> set[str]:
 
 
 _PORT_DOWN = {"ib_port_state_down"}
+# a verbs call failing on the caller's own device (its RoCE netdev/GID gone, memory it cannot register): that
+# node's NIC even when its one peer is as much in the failed link
+_LOCAL_VERBS = re.compile(r"Call to ibv_[a-z_]{2,30} failed with error (No such device|Cannot allocate memory)")
 # nvidia-smi -q: "GPU 00000000:3B:00.0" opens a section of indented "Field : value" lines about that GPU
 _NVSMI_SECTION = re.compile(r"^GPU ((?:[0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9])?\s*$")
 

@@ -38,6 +38,9 @@ _MPI_NOTICED = re.compile(
 _DEEPSPEED_EXIT = re.compile(
     r"'--local_rank=(?P<local_rank>[0-9]{1,4})'.{0,2000}?\] exits with return code = (?P<code>-?[0-9]{1,4})"
 )
+_NCCL_OWN_ADDRESS = re.compile(
+    r"(?P<host>[A-Za-z0-9][A-Za-z0-9._-]{0,62}):[0-9]{1,8}:[0-9]{1,8} \[[0-9]{1,3}\] NCCL INFO "
+    r"(?:Bootstrap ?: Using|NET/[^\n]{0,300}?; OOB) [A-Za-z0-9_.-]{1,32}:(?P<addr>[0-9]{1,3}(?:\.[0-9]{1,3}){3})<")
 _NCCL_COMM = re.compile(
     r"(?P<host>[A-Za-z0-9][A-Za-z0-9._-]{0,62}):(?P<pid>[0-9]{1,8}):[0-9]{1,8} \[(?P<dev>[0-9]{1,3})\] NCCL INFO "
     r"(?:ncclCommInit[A-Za-z]{0,12} )?comm 0x[0-9a-fA-F]{1,16} rank (?P<rank>[0-9]{1,7}) nranks (?P<nranks>[0-9]{1,7}) "
@@ -127,6 +130,15 @@ def nccl_process(text: str) -> NcclProcess | None:
         return None
     return NcclProcess(m.group("host"), int(m.group("pid")), int(m.group("rank")), int(m.group("cuda_dev")),
                        bus_id_pci(m.group("bus")))
+
+
+def nccl_own_address(text: str) -> tuple[str, str] | None:
+    """(the host in NCCL's prefix, the address it says it uses) from its 'Bootstrap : Using bond0:10.40.2.14<0>'
+    or 'NET/IB : Using ... ; OOB bond0:10.40.2.14<0>' line: in a container the prefix is the container's id."""
+    if "NCCL INFO" not in text:
+        return None
+    m = _NCCL_OWN_ADDRESS.search(text)
+    return (m.group("host"), m.group("addr")) if m else None
 
 
 def bus_id_pci(bus: str) -> str:

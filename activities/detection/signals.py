@@ -20,6 +20,7 @@ from activities.detection.launchers import (
     LauncherReport,
     NcclProcess,
     launcher_report,
+    nccl_own_address,
     nccl_process,
     prompt_host,
     section_header,
@@ -119,6 +120,7 @@ class SignalBuilder:
         self.per_node_launcher = False  # torchrun / DeepSpeed under each Slurm task: task ids are not ranks
         self.lines: list[tuple[int, str]] = []  # every line the verdict has (flagged ones and the tail), in order
         self.prompts: list[tuple[int, str | None]] = []  # shell prompts: (line, the host commands after it run on)
+        self.host_alias: dict[str, str] = {}  # a writer's container hostname -> its node, by NCCL's own address
 
     def cite(self, s: Signal) -> EvidenceLine:
         """A signal as the evidence line the verdict shows: file line number and stream for a log line."""
@@ -485,6 +487,8 @@ class SignalBuilder:
                     host = named[0] if len(named) == 1 else None
                 self.prompts.append((line_no, host))
                 continue
+            if self.nodemap and "NCCL INFO" in line and ("Bootstrap" in line or " OOB " in line):
+                self._learn_alias(line)
             if not ("srun: error:" in line or "noticed that process rank" in line or "exits with return code" in line
                     or ("NCCL INFO" in line and " busId " in line)):
                 continue
@@ -500,6 +504,30 @@ class SignalBuilder:
                 host = self._norm_host(proc.host) or proc.host
                 self.nccl_procs.setdefault((host, proc.pid), proc)
                 self.rank_host.setdefault(proc.rank, host)
+
+    def _learn_alias(self, line: str) -> None:
+        """A writer the node map does not know (a container's or pod's hostname in NCCL's prefix) that says
+        which address it uses: the node with that address."""
+        own = nccl_own_address(parse_context(line[:MAX_LINE], known_hosts=self.spellings).text)
+        if own is None or self.nodemap.resolve(own[0]) is not None:
+            return
+        node = self.nodemap.resolve(own[1])
+        if node:
+            self.host_alias.setdefault(own[0], node)
+
+    def apply_host_aliases(self) -> None:
+        """Signals, ranks and NCCL processes of a writer known by a container id: its node's."""
+        if not self.host_alias:
+            return
+        alias = self.host_alias
+        for sig in self.signals:
+            if sig.host in alias:
+                node = alias[sig.host]
+                if sig.gpu and sig.gpu.startswith(f"{sig.host}:"):
+                    sig.gpu = node + sig.gpu[len(sig.host):]
+                sig.host = node
+        self.rank_host = {r: alias.get(h, h) for r, h in self.rank_host.items()}
+        self.nccl_procs = {(alias.get(h, h), pid): p for (h, pid), p in self.nccl_procs.items()}
 
     def tasks_are_ranks(self) -> bool:
         """Slurm task ids are the global ranks: srun starts the training processes itself (no torchrun or

@@ -141,6 +141,7 @@ def _attribute(
         # a job that finished cleanly is not explained by a node that went bad afterwards
         b.add_nodes(evidence.nodes)
         b.add_metrics(evidence.metric_facts)
+    b.apply_host_aliases()
     b.apply_nccl_processes()
     b.resolve_hosts()
     choice = choose_root_cause(b, evidence)

@@ -16,6 +16,8 @@
 - Shared storage failing through one node's client: Lustre client lines (LNet timeouts, an eviction) only from
   the node whose process failed blame that node; a pasted section's banner ('--- dmesg -T on HOST ---') gives
   its lines the one job node it names, as a shell prompt does.
+- A writer known by its container id: NCCL's 'Bootstrap : Using IF:IP' / 'OOB IF:IP' says which node it is;
+  'Call to ibv_* failed with error No such device|Cannot allocate memory' is the reporter's own NIC, even of two.
 """
 
 from __future__ import annotations
@@ -145,3 +147,22 @@ def test_a_section_banner_gives_its_lines_the_host_it_names():
     v = verdict_of("data_io-lustre-client-evicted-dmesg-a5d09")
     assert v.implicated.hosts == ["gpu-e33"]
     assert verdict_of("data_io-lustre-oss-recovery-a5d10").implicated.hosts == []
+
+
+# ----------------------------------------------------------------------------- a writer known by its container id
+
+
+def test_a_container_writer_is_the_node_of_its_nccl_address_and_its_own_nic_fails():
+    """Rank 1 writes as container 7c1fa93e02bd, whose NCCL says 'Bootstrap : Using bond0:10.40.2.14<0>'
+    (trn-a14); 'Call to ibv_modify_qp failed with error No such device' is trn-a14's own RoCE device, though
+    the job has two nodes (before: no host, rank 1)."""
+    from activities.detection.launchers import nccl_own_address
+
+    assert nccl_own_address("7c1fa93e02bd:412:412 [0] NCCL INFO Bootstrap : Using bond0:10.40.2.14<0>") == (
+        "7c1fa93e02bd", "10.40.2.14")
+    assert nccl_own_address("7c1fa93e02bd:412:520 [0] NCCL INFO NET/IB : Using [0]mlx5_2:1/RoCE [RO]; "
+                            "OOB bond0:10.40.2.14<0>") == ("7c1fa93e02bd", "10.40.2.14")
+    assert nccl_own_address("7c1fa93e02bd:412:412 [0] NCCL INFO cudaDriverVersion 12020") is None
+    v = verdict_of("interconnect-roce-modify-qp-no-such-device-fqdn-e5a06")
+    assert v.category == Category.INTERCONNECT
+    assert v.implicated.hosts == ["trn-a14"]
