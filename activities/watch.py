@@ -43,7 +43,7 @@ import asyncio
 import hashlib
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from typing import Any, Protocol, cast
@@ -346,34 +346,18 @@ class WatchActivities:
         jobs = listing.jobs
         state.polls += 1
         await self._report_malformed(state, listing.skipped, now, shard=shard)
-        sent: list[JobObservation] = []
         listed: set[str] = set()
         signalled: set[str] = set()  # workflow ids signalled since the last save: their rows are written at once
         started = time.monotonic()
 
         def routine_allowed() -> bool:
             return routine_s is None or time.monotonic() - started < routine_s
-        # the cluster-wide view covers the jobs this deployment watches (other deployments keep their own),
-        # in every shard: a node that failed jobs of two shards is one node
-        self._remember_failures(state, [j for j in jobs if self._watched_environment(j)], now)
-        failures = _FailureIndex(state.failures)
-        beat = time.monotonic()
+
         mine = [j for j in jobs if shards == 1 or shard_of(j.job_id, shards) == shard]
+        beat = started
 
-        async def one(job: JobInfo) -> JobObservation | None:
-            job.cluster = self._ctx.cluster
-            try:
-                return await self._poll_job(state, job, now, listed, failures, signalled, routine_allowed)
-            except Exception as exc:  # noqa: BLE001 - one job's trouble must not blind the watch to the others
-                logger.opt(exception=exc).warning("watch of job {} failed this poll: {}", job.job_id, exc)
-                return None
-
-        # a few jobs at a time: their log reads and Temporal calls overlap (a first pass over 10,000 jobs is
-        # 10,000 signal-with-starts; one after the other they took minutes); each job's own state is its own
-        for start in range(0, len(mine), JOBS_AT_ONCE):
-            for obs in await asyncio.gather(*(one(j) for j in mine[start : start + JOBS_AT_ONCE])):
-                if obs is not None:
-                    sent.append(obs)
+        async def between_batches() -> None:
+            nonlocal beat
             if time.monotonic() - beat > HEARTBEAT_EVERY_S and activity.in_activity():
                 # a long poll must not look like a dead worker; what it signalled so far is saved
                 if keeper is not None:
@@ -381,6 +365,9 @@ class WatchActivities:
                     signalled.clear()  # saved: a job is seen once a pass, so these rows are done for this pass
                 activity.heartbeat(self._beat(state, keeper, shard, shards))
                 beat = time.monotonic()
+
+        sent = await self._poll_jobs(state, mine, jobs, now, listed=listed, signalled=signalled,
+                                     routine_allowed=routine_allowed, between_batches=between_batches)
         for wid in [w for w in state.jobs if w not in listed]:
             watched = state.jobs[wid]
             watched.missing_polls += 1
@@ -413,39 +400,56 @@ class WatchActivities:
         their rows written; returns the observations it signalled. Jobs gone, and every other job, are the
         next full pass's (which stays on its interval)."""
         now = self._clock()
-        jobs = []
-        for job_id in sorted(j for j in job_ids if shards == 1 or shard_of(j, shards) == shard):
-            job = await self._read_one(job_id)
-            if job is not None:
-                jobs.append(job)
-        self._remember_failures(state, [j for j in jobs if self._watched_environment(j)], now)
-        failures = _FailureIndex(state.failures)
-        listed: set[str] = set()
+        mine = {j for j in job_ids if shards == 1 or shard_of(j, shards) == shard}
+        jobs = await self._read_named(mine)
         signalled: set[str] = set()
-        sent = []
-        for job in jobs:
-            job.cluster = self._ctx.cluster
-            try:
-                obs = await self._poll_job(state, job, now, listed, failures, signalled)
-            except Exception as exc:  # noqa: BLE001 - as in a full pass: the next one looks again
-                logger.opt(exception=exc).warning("watch of poked job {} failed: {}", job.job_id, exc)
-                continue
-            if obs is not None:
-                sent.append(obs)
+        sent = await self._poll_jobs(state, jobs, jobs, now, listed=set(), signalled=signalled)
         if keeper is not None:
             await self._save(keeper, state, urgent=signalled, turn=False)
         return sent
 
-    async def _read_one(self, job_id: str) -> JobInfo | None:
-        """One job as the scheduler shows it now; None when it cannot be read (the full pass will)."""
-        get_job = getattr(self._slurm, "get_job", None)
+    async def _poll_jobs(
+        self, state: WatchState, jobs: list[JobInfo], seen: list[JobInfo], now: datetime, *, listed: set[str],
+        signalled: set[str], routine_allowed: Callable[[], bool] | None = None,
+        between_batches: Callable[[], Awaitable[None]] | None = None,
+    ) -> list[JobObservation]:
+        """Observe `jobs` (a shard's share of `seen`, which the cluster-wide failure view counts) and signal what
+        changed; returns the observations signalled."""
+        # the cluster-wide view covers the jobs this deployment watches (other deployments keep their own),
+        # in every shard: a node that failed jobs of two shards is one node
+        self._remember_failures(state, [j for j in seen if self._watched_environment(j)], now)
+        failures = _FailureIndex(state.failures)
+
+        async def one(job: JobInfo) -> JobObservation | None:
+            job.cluster = self._ctx.cluster
+            try:
+                return await self._poll_job(state, job, now, listed, failures, signalled, routine_allowed)
+            except Exception as exc:  # noqa: BLE001 - one job's trouble must not blind the watch to the others
+                logger.opt(exception=exc).warning("watch of job {} failed this poll: {}", job.job_id, exc)
+                return None
+
+        # a few jobs at a time: their log reads and Temporal calls overlap (a first pass over 10,000 jobs is
+        # 10,000 signal-with-starts; one after the other they took minutes); each job's own state is its own
+        sent: list[JobObservation] = []
+        for start in range(0, len(jobs), JOBS_AT_ONCE):
+            sent.extend(o for o in await asyncio.gather(*(one(j) for j in jobs[start : start + JOBS_AT_ONCE])) if o)
+            if between_batches is not None:
+                await between_batches()
+        return sent
+
+    async def _read_named(self, job_ids: set[str]) -> list[JobInfo]:
+        """The named jobs as the scheduler shows them now, in one query; [] when it cannot be read (the full
+        pass will look at them)."""
+        if not job_ids:
+            return []
+        get_jobs = getattr(self._slurm, "get_jobs", None)
         try:
-            if get_job is not None:
-                return await get_job(job_id)
-            return next((j for j in await self._slurm.list_jobs(opted_in_only=True) if j.job_id == job_id), None)
-        except JobmedicError as exc:  # JobNotFound (ended long ago), or the scheduler unreachable
-            logger.info("poked job {} not read on its own ({}); the next full pass looks at it", job_id, exc)
-            return None
+            if get_jobs is not None:
+                return list(await get_jobs(job_ids))
+            return [j for j in await self._slurm.list_jobs(opted_in_only=True) if j.job_id in job_ids]
+        except JobmedicError as exc:  # the scheduler unreachable, or a malformed id
+            logger.info("poked jobs {} not read ({}); the next full pass looks at them", ",".join(sorted(job_ids)), exc)
+            return []
 
     async def _save(
         self, keeper: ShardKeeper, state: WatchState, *, urgent: set[str] | None = None, turn: bool = True

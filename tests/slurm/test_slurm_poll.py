@@ -63,3 +63,16 @@ async def test_one_query_per_poll_and_its_cost(runner: CommandRunner, many_jobs:
     print(f"\nlist_jobs via {runner.describe()}: median {median * 1000:.0f} ms, "
           f"min {min(seconds) * 1000:.0f} ms over 5 polls, {total} jobs in the controller, {len(jobs)} watched")
     assert median < 5.0
+
+
+async def test_named_jobs_are_read_in_one_query_and_a_job_slurm_no_longer_holds_is_left_out(
+    client: SlurmClient, jobs
+) -> None:
+    """On the real cluster (locally and over SSH): squeue refuses a list holding an unknown id, so the client
+    falls back to one query each; the jobs it holds come back either way."""
+    held = [jobs.submit("--hold", label="named") for _ in range(2)]
+    got = await client.get_jobs(held)
+    assert sorted(j.job_id for j in got) == sorted(held)
+    got = await client.get_jobs([*held, "987654321"])
+    assert sorted(j.job_id for j in got) == sorted(held)
+    assert await client.get_jobs([]) == []

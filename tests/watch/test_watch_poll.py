@@ -204,7 +204,7 @@ async def test_routine_news_waits_when_the_pass_is_out_of_time_and_a_failure_nev
 
 @dataclass
 class ReadsOne(Listing):
-    """A listing that also reads one job on its own (SlurmClient.get_job), counting both kinds of read."""
+    """A listing that also reads named jobs (SlurmClient.get_jobs), counting both kinds of read."""
 
     full_reads: int = 0
     one_reads: list[str] = field(default_factory=list)
@@ -213,14 +213,9 @@ class ReadsOne(Listing):
         self.full_reads += 1
         return await super().list_jobs(opted_in_only=opted_in_only)
 
-    async def get_job(self, job_id: str) -> JobInfo:
-        from adapters.errors import JobNotFound
-
-        self.one_reads.append(job_id)
-        for j in self.jobs:
-            if j.job_id == job_id:
-                return j.model_copy(deep=True)
-        raise JobNotFound(f"job {job_id} is not known")
+    async def get_jobs(self, job_ids) -> list[JobInfo]:
+        self.one_reads.extend(job_ids)
+        return [j.model_copy(deep=True) for j in self.jobs if j.job_id in set(job_ids)]  # gone ones left out
 
 
 async def test_a_poke_for_one_job_reads_and_signals_that_job_only(screen: LogScreen) -> None:
