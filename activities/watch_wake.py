@@ -5,7 +5,7 @@ workflow; the workflow keeps the last pokes and answers the `pokes` query. While
 the activity waits for its next poll it asks that query every `CHECK_EVERY_S`
 (cheap: a query is answered from the workflow's cached state and adds no
 history), and a new poke ends the wait at once. A poke that names jobs (the
-job-end hook) is followed by a poll of those jobs only, each read on its own
+job-end hook) is followed by a poll of those jobs only, read in one query
 (`targets`); one that names nodes (strigger), or none, by a full pass. The full
 pass stays on its interval, counted from the last full pass: at 10,000 jobs a
 full pass costs seconds of CPU, and a poke per ended job made the watch run full

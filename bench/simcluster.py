@@ -36,6 +36,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from adapters.slurm.runner import CommandResult  # noqa: E402
+from workers.settings import WORKER_ROLES  # noqa: E402
 
 CRASH_LINES = (
     "[rank{rank}]: RuntimeError: CUDA error: an illegal memory access was encountered",
@@ -363,7 +364,7 @@ def main() -> None:
     p.add_argument("--failures-per-min", type=float, default=6.0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--no-epilog", dest="epilog", action="store_false")
-    p.add_argument("--role", choices=("all", "workflows", "clusters"), default="all",
+    p.add_argument("--role", choices=WORKER_ROLES, default="all",
                    help="what this worker process runs (jobmedic worker --role); clusters: the simulator is here")
     p.add_argument("--temporal", default="127.0.0.1:7233")
     p.add_argument("--cluster", default="sim")

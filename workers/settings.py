@@ -49,6 +49,10 @@ Port = Annotated[int, Field(ge=1, le=65535)]
 ByteCount = Annotated[int, Field(ge=1)]
 
 
+# what one worker process runs (`jobmedic worker --role`, workers.worker.build_workers)
+WORKER_ROLES = ("all", "workflows", "clusters")
+
+
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

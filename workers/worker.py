@@ -24,7 +24,7 @@ from activities.screening import LogScreen
 from activities.systemic import SystemicActivities, SystemicSchedulerActivities
 from activities.watch import WatchActivities, WatchContext
 from workers.checks import warn_about_decision_timing
-from workers.settings import ClusterSettings, Settings
+from workers.settings import WORKER_ROLES, ClusterSettings, Settings
 from workflows.cluster_watch import ClusterWatchWorkflow, watch_workflow_id
 from workflows.contracts import JobInfo, JobKey, OptIn
 from workflows.job_recovery import JobRecoveryWorkflow
@@ -168,9 +168,6 @@ def precompile_workflows() -> bool:
     return bool(ok)
 
 
-ROLES = ("all", "workflows", "clusters")  # what one worker process runs (`jobmedic worker --role`)
-
-
 async def build_workers(
     settings: Settings, client: Client, *, clusters: list[ClusterSettings] | None = None, stats: object | None = None,
     role: str = "all",
@@ -181,8 +178,8 @@ async def build_workers(
     "clusters" (each cluster's watch and scheduler activities, on its own queue). Both must run somewhere."""
     from workers.factories.audit import build_audit_store
 
-    if role not in ROLES:
-        raise ValueError(f"unknown worker role {role!r}; use one of {', '.join(ROLES)}")
+    if role not in WORKER_ROLES:
+        raise ValueError(f"unknown worker role {role!r}; use one of {', '.join(WORKER_ROLES)}")
     if role != "clusters":
         await asyncio.to_thread(precompile_workflows)
     audit = build_audit_store(settings)
@@ -190,7 +187,8 @@ async def build_workers(
     screen = await asyncio.to_thread(LogScreen)  # compiles the pattern catalogue once, up front
     clusters = clusters or settings.clusters
     parts = [build_cluster_parts(c, deployment=settings.deployment) for c in clusters]
-    for part in parts if role != "workflows" else []:
+    served = parts if role != "workflows" else []  # the clusters whose queues this process serves
+    for part in served:
         await warn_about_decision_timing(part.settings, part.slurm)
     # one external attribution service per deployment: the first cluster's wins for the main queue
     external = next((p.external for p in parts if p.external is not None), None)
@@ -206,7 +204,7 @@ async def build_workers(
             max_cached_workflows=10_000,
         )
     ] if role != "clusters" else []
-    for part in parts if role != "workflows" else []:
+    for part in served:
         c = part.settings
         sched = SchedulerActivities(
             slurm=part.slurm,

@@ -469,22 +469,19 @@ class SignalBuilder:
             if self.nodemap and section_header(line):
                 # a pasted section ('--- dmesg -T on gpu-e33 ---') is about the one job node its banner names;
                 # a banner naming none (another machine's log, sacct) ends the session before it
-                named = [h for h in self.nodemap.mentioned(line[:MAX_LINE]) if not self.job_hosts or h in self.job_hosts]
-                self.prompts.append((line_no, named[0] if len(named) == 1 else None))
+                self.prompts.append((line_no, self._one_job_node(line)))
                 continue
             shell = prompt_host(line)
             if shell is None and self.nodemap and line.lstrip().startswith(("$ ", "# ")):
                 # a command typed at a prompt that names one of the job's nodes: "$ kubectl describe node H",
                 # "$ sudo dmesg -T  # on H", "# dcgmi diag -r 3 --host H"; its output is about that node
-                named = [h for h in self.nodemap.mentioned(line[:MAX_LINE]) if not self.job_hosts or h in self.job_hosts]
-                shell = named[0] if len(named) == 1 else None
+                shell = self._one_job_node(line)
             if shell is not None:
                 host = self.nodemap.resolve(shell) if self.nodemap else (shell if any(c.isdigit() for c in shell) else None)
                 if self.job_hosts and host not in self.job_hosts:
                     # a prompt on a login or admin node: what it prints is about the one job node its command
                     # names ("[sysadm@login02 ~]$ sbatch --nodelist=node-153 ..."), if any, not about itself
-                    named = [h for h in self.nodemap.mentioned(line[:MAX_LINE]) if h in self.job_hosts]
-                    host = named[0] if len(named) == 1 else None
+                    host = self._one_job_node(line)
                 self.prompts.append((line_no, host))
                 continue
             if self.nodemap and "NCCL INFO" in line and ("Bootstrap" in line or " OOB " in line):
@@ -504,6 +501,11 @@ class SignalBuilder:
                 host = self._norm_host(proc.host) or proc.host
                 self.nccl_procs.setdefault((host, proc.pid), proc)
                 self.rank_host.setdefault(proc.rank, host)
+
+    def _one_job_node(self, line: str) -> str | None:
+        """The one node of the job (any node, when the job's are unknown) that `line` names, else None."""
+        named = [h for h in self.nodemap.mentioned(line[:MAX_LINE]) if not self.job_hosts or h in self.job_hosts]
+        return named[0] if len(named) == 1 else None
 
     def _learn_alias(self, line: str) -> None:
         """A writer the node map does not know (a container's or pod's hostname in NCCL's prefix) that says

@@ -9,7 +9,7 @@ import signal
 import sys
 from typing import Any
 
-from workers.settings import Settings
+from workers.settings import WORKER_ROLES, Settings
 from workers.temporal_client import workflow_page
 from workflows.messages import JobStatus, QueryNames, SignalNames, recovery_query
 
@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "one Python process uses one core, so a large deployment (thousands of watched jobs) runs one "
                     "process of each role, on one machine or several, with the same settings.",
     )
-    p.add_argument("--role", choices=("all", "workflows", "clusters"), default="all",
+    p.add_argument("--role", choices=WORKER_ROLES, default="all",
                    help="all (default); workflows: the job workflows and their attribution and audit activities; "
                         "clusters: each cluster's watch and scheduler activities. Both roles must run somewhere")
     p.set_defaults(handler=cmd_worker)
