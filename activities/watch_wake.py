@@ -24,8 +24,11 @@ the activity then returns its state and the workflow continues as new with it
 ever.
 
 Whatever goes wrong with the channel (an older workflow without the query, the
-workflow's worker away, Temporal slow), the wait falls back to the plain
-interval for `QUIET_AFTER_ERROR_S`: the poll stays the safety net.
+workflow's worker away, Temporal slow), the wait falls back to the plain interval
+for a while: `QUIET_FIRST_S` after one failed query, doubling with each failure in a
+row up to `QUIET_AFTER_ERROR_S`; one answer ends it. A query that timed out once
+because the worker was busy (a burst of failures is exactly when it is) must not
+mute the channel for half a minute: the poll stays the safety net, not the rule.
 """
 
 from __future__ import annotations
@@ -47,7 +50,8 @@ CHECK_EVERY_S = 0.5  # how often a waiting watch asks for new pokes
 REPOLL_EVERY_S = 0.5  # a poked job not finished yet (still in its epilog) is polled again this soon
 SETTLE_S = 10.0  # ... for at most this long after its poke
 QUERY_TIMEOUT_S = 2.0
-QUIET_AFTER_ERROR_S = 30.0  # after a failed query, the channel is left alone this long
+QUIET_FIRST_S = 1.0  # after a failed query, the channel is left alone this long ...
+QUIET_AFTER_ERROR_S = 30.0  # ... doubling with each failure in a row, up to this
 FRESH_S = 60.0  # pokes older than this, found by a freshly started activity, are already covered
 _NOT_SETTLED = {"RUNNING", "COMPLETING"}
 
@@ -79,6 +83,7 @@ class PollWaker:
         self._seen: int | None = None  # number of the newest poke taken (None: not asked yet)
         self._settling: dict[str, float] = {}  # poked job id -> until when it is polled again early
         self._quiet_until = 0.0
+        self._failures_in_row = 0
         self._full_due: float | None = None  # when the next full pass is due
         self.handover_asked = False  # the workflow wants the state back, to continue as new with it
         # after `wait`: the job ids the next poll is for, or None for a full pass over every job
@@ -136,10 +141,13 @@ class PollWaker:
                 rpc_timeout=timedelta(seconds=QUERY_TIMEOUT_S),
             )
         except Exception as exc:  # noqa: BLE001 - the channel only makes the watch faster; the poll goes on
-            self._quiet_until = self._monotonic() + QUIET_AFTER_ERROR_S
-            logger.info("the watch's wake-up channel did not answer ({}); polling on the interval for {:.0f} s",
-                        exc, QUIET_AFTER_ERROR_S)
+            quiet = min(QUIET_AFTER_ERROR_S, QUIET_FIRST_S * 2 ** self._failures_in_row)
+            self._failures_in_row += 1
+            self._quiet_until = self._monotonic() + quiet
+            logger.info("the watch's wake-up channel did not answer ({}, {} in a row); asking again in {:.0f} s",
+                        exc, self._failures_in_row, quiet)
             return []
+        self._failures_in_row = 0
         if answer.handover and not self.handover_asked:
             logger.info("the watch workflow asks for a handover (its history is long): returning the state to it")
             self.handover_asked = True

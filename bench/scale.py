@@ -22,6 +22,9 @@ jobs (submitted held, one sbatch each, all cancelled afterwards): `squeue --json
 local runner and over SSH (the stack's sshd, host key checked), decode + convert time, and the
 per-action one-job read (`SlurmClient.get_job`) against the old whole-listing read.
 
+Debugging: JM_SCALE_DEBUG=DIR keeps each size's worker log and every failure's audit trail (seconds after
+the failure, observed_at) in DIR; JM_SCALE_LOG=INFO raises the worker's log level (costs CPU).
+
 Usage: .venv/bin/python bench/scale.py [--jobs N] [--quick] [--seconds S] [--interval S] [--shards N]
        .venv/bin/python bench/scale.py --real-slurm 2000
 --quick: 100 and 1,000 jobs, 45 s each (under three minutes). The last line is one JSON object.
@@ -131,6 +134,9 @@ def run_size(jobs: int, args: argparse.Namespace, tmp: Path) -> dict:
         tail = (work / "worker.log").read_text()[-3000:]
         return {"jobs": jobs, "watch_failed": True, "error": f"worker exited {worker.returncode}: {tail}"}
     s = json.loads(out.read_text())
+    if os.environ.get("JM_SCALE_DEBUG"):
+        import shutil
+        shutil.copy(work / "worker.log", Path(os.environ["JM_SCALE_DEBUG"]) / f"worker-{jobs}.log")
     lat = s["latencies_s"]
     passes = s["pass_s"] or [float("nan")]
     return {

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import sys
 import time
@@ -314,6 +315,14 @@ async def _summary(args, sim: SimCluster, runner: SimRunner, stats: PassStats, c
     for e in detections:
         first.setdefault(e.job_id, e.timestamp.timestamp())
     latencies = sorted(first[j] - t for j, t in sim.failures.items() if j in first)
+    if os.environ.get("JM_SCALE_DEBUG"):  # a folder: each failure's audit trail, to see where its latency went
+        trail = []
+        for j, t in sim.failures.items():
+            evs = store.query(cluster=args.cluster, job_id=j, limit=None)
+            trail.append({"job": j, "failed_at": t, "detect_s": first.get(j, t) - t,
+                          "events": [(round(e.timestamp.timestamp() - t, 3), str(e.event_type),
+                                      (e.detail or {}).get("observed_at")) for e in evs]})
+        (Path(os.environ["JM_SCALE_DEBUG"]) / f"failures-{args.jobs}.json").write_text(json.dumps(trail, indent=1))
     rows_audit = len(store.query(cluster=args.cluster, limit=None))
     state_rows = store.watch_state_rows(args.cluster)
     # the baseline heartbeat: the whole watch state, as the old watch heartbeated it every poll
@@ -374,7 +383,7 @@ def main() -> None:
     from loguru import logger
 
     logger.remove()
-    logger.add(sys.stderr, level="WARNING")  # the benchmark's own process: the worker's INFO lines would cost CPU
+    logger.add(sys.stderr, level=os.environ.get("JM_SCALE_LOG", "WARNING"))  # the worker's INFO lines would cost CPU
     summary = asyncio.run(serve(args))
     Path(args.out).write_text(json.dumps(summary))
 
