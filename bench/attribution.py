@@ -30,7 +30,7 @@ log wins" (what grepping for the first scary line gives an engineer), with the s
 
 Blame precision per kind: of the entities the verdict names, the share a human would blame (a
 wrongly blamed host is a healthy node kept out of the next attempt).
-`--by-batch` (real-tune only) adds the figures on each batch's tune cases (b1..b4, SPLIT.tsv):
+`--by-batch` (real-tune only) adds the figures on each batch's tune cases (b1..b6, SPLIT.tsv):
 a rule written looking at some batches is judged on the batches that did not motivate it.
 
 Usage: .venv/bin/python bench/attribution.py [--quick] [--split NAME|real|generated|all]
@@ -182,7 +182,7 @@ def score(pairs: list[tuple[str, str]]) -> dict:
 
 
 def case_batches() -> dict[str, str]:
-    """Case name -> batch (b1..b4), as SPLIT.tsv records it."""
+    """Case name -> batch (b1..b6), as SPLIT.tsv records it."""
     out = {}
     for row in (REAL / "SPLIT.tsv").read_text().splitlines()[1:]:
         name, batch, _split = row.split("\t")
@@ -326,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true",
                         help="list the cases and entities the engine gets wrong (not for the real holdout)")
     parser.add_argument("--by-batch", action="store_true",
-                        help="also the figures on each batch's cases (b1..b4) of the tune split: a rule made "
+                        help="also the figures on each batch's cases (b1..b6) of the tune split: a rule made "
                              "looking at some batches is judged on the others (never for the real holdout)")
     args = parser.parse_args(argv)
     if args.by_batch and args.split != "real-tune":
