@@ -150,6 +150,7 @@ def implicate(
             slot = _local_rank(b, host, next(iter(ranks)))
             if slot is not None:
                 gpus.add(f"{host}:{slot}")  # one process per GPU: the failed rank's local rank is its device
+    gpus = {b.bus_spelling(g) for g in gpus}
     if hosts:  # a GPU is evidence on a blamed node; the far end's view of its own device is not
         gpus = {g for g in gpus if g.split(":", 1)[0] in hosts or ":" not in g}
     return hosts, ranks, gpus
@@ -292,7 +293,7 @@ def _link_blame(sigs: list[Signal], everything: list[Signal]) -> tuple[list[str]
 
 
 _RANK_CRASH = {Category.CUDA_ERROR, Category.GPU_HARDWARE, Category.APP_ERROR, Category.NODE_FAILURE, Category.NCCL_ERROR}
-_FS_CLIENT_LOST = {"lustre_error"}  # a client's own account of losing its file-system servers
+_FS_CLIENT_LOST = {"lustre_error", "nfs_server_not_responding"}  # a client's own account of losing its file-system servers
 _MOUNT_ERRORS = {"stale_file_handle", "io_error", "disk_full", "checkpoint_write_failed", "file_not_found"}
 _NODE_LOCAL_PATH = re.compile(r"['\" (](/(?:local|localscratch|lscratch|scratch/local|local_scratch|tmp|raid[0-9]?|nvme[0-9a-z]*|ssd|mnt/local|mnt/nvme|local_disk[0-9]?|dev/nvme)[/'\" ]|\$TMPDIR|SLURM_TMPDIR)")
 _DEVICE_CUDA_ERRORS = {"cuda_unknown_error"}  # "CUDA error: unknown error": usually a GPU that became unusable

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from activities.detection import fallback
 from activities.detection.catalogue import Catalogue, PatternSpec
+from activities.detection.gpu_inventory import GpuRow, inventory_row
 from activities.detection.hosts import NodeMap, mentioned_ips
 from activities.detection.launchers import (
     LauncherReport,
@@ -117,6 +118,8 @@ class SignalBuilder:
         self.where: dict[int, EvidenceLine] = {}
         self.launches: list[LauncherReport] = []  # what launchers said about how processes ended
         self.nccl_procs: dict[tuple[str, int], NcclProcess] = {}  # (host, pid) -> rank and GPU, from NCCL INFO
+        self.gpu_rows: list[tuple[int, str | None, GpuRow]] = []  # inventory rows: (line, prefix host, row)
+        self.gpu_bus: dict[tuple[str, int], str] = {}  # (host, GPU index) -> bus id, from those rows
         self.per_node_launcher = False  # torchrun / DeepSpeed under each Slurm task: task ids are not ranks
         self.lines: list[tuple[int, str]] = []  # every line the verdict has (flagged ones and the tail), in order
         self.prompts: list[tuple[int, str | None]] = []  # shell prompts: (line, the host commands after it run on)
@@ -486,6 +489,12 @@ class SignalBuilder:
                 continue
             if self.nodemap and "NCCL INFO" in line and ("Bootstrap" in line or " OOB " in line):
                 self._learn_alias(line)
+            if ('pci_bus_id="' in line or _LONG_BUS.search(line)) and len(self.gpu_rows) < 1024:
+                ctx = parse_context(line[:MAX_LINE], known_hosts=self.spellings)
+                row = inventory_row(ctx.text)
+                if row is not None:
+                    self.gpu_rows.append((line_no, ctx.host, row))
+                    continue
             if not ("srun: error:" in line or "noticed that process rank" in line or "exits with return code" in line
                     or ("NCCL INFO" in line and " busId " in line)):
                 continue
@@ -586,6 +595,27 @@ class SignalBuilder:
                 sig.host, sig.host_from = host, "layout"
             if sig.host == host and sig.category in _DEVICE_CATEGORIES and (sig.gpu is None or _index_gpu(sig.gpu)):
                 sig.gpu = f"{host}:{proc.pci}"
+
+    def apply_gpu_inventory(self) -> None:
+        """A GPU known by its index only is named by the bus id an inventory row of its host ties to that index
+        (dcgm-exporter's labels, nvidia-smi's table or CSV): one spelling per device, the one it is replaced by."""
+        for line_no, prefix_host, row in self.gpu_rows:
+            host = self._norm_host(row.host or prefix_host) or self.host_of_session(line_no)
+            if host is None and len(self.job_hosts) == 1:
+                host = next(iter(self.job_hosts))
+            if host is not None:
+                self.gpu_bus.setdefault((host, row.index), row.pci)
+        for sig in self.signals:
+            if sig.gpu:
+                sig.gpu = self.bus_spelling(sig.gpu)
+
+    def bus_spelling(self, ref: str) -> str:
+        """`host:5` -> `host:0000:9b:00` where an inventory row of that host says so; any other ref as it is."""
+        host, _, index = ref.rpartition(":")
+        if not self.gpu_bus or not index.isdigit() or not host or ":" in host:
+            return ref
+        found = self.gpu_bus.get((host, int(index)))
+        return f"{host}:{found}" if found else ref
 
     # --------------------------------------------------------------- torchrun summaries
 
@@ -744,6 +774,7 @@ _DUMP_RANK = re.compile(r"(?i)\b(?:global[_ ])?rank[ =:#]{0,2}([0-9]{1,6})")
 _DUMP_TASK = re.compile(r"(?i)\btask[ =:#]{0,2}([0-9]{1,6})")
 _HVD_LIST = re.compile(r"\[(missing|ready) ranks: ?([0-9][0-9, ]{0,4000})\]")
 _HVD_ROW = re.compile(r"\[(?:missing|ready) ranks: ?[0-9]")  # a 'Stalled ops:' row: 'TENSOR [ready ranks: 3, 0]'
+_LONG_BUS = re.compile(r"[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9]")  # nvidia-smi's spelling of a bus id
 _PREVIOUS_XID = re.compile(r"caused by previous Xid ([0-9]{1,4})")
 PCI = re.compile(r"(?<![0-9A-Fa-f:])((?:[0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9])?(?![0-9A-Fa-f:])")
 

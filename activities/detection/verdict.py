@@ -143,6 +143,7 @@ def _attribute(
         b.add_metrics(evidence.metric_facts)
     b.apply_host_aliases()
     b.apply_nccl_processes()
+    b.apply_gpu_inventory()
     b.resolve_hosts()
     choice = choose_root_cause(b, evidence)
     if survived(b, choice, evidence):

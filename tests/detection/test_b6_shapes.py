@@ -1,0 +1,43 @@
+"""Culprits and causes in forms first met on batch b6's tune excerpts (tests/corpus/real/tune/).
+
+- An NFS client that lost its server ('nfs: server 10.0.0.148 not responding, still trying' with writers stuck in
+  D state in nfs_file_fsync) on one node of the job is that node's mount: data_io, that node blamed (before: none).
+- A GPU known by its index is named by the bus id an inventory row of its host ties to it: dcgm-exporter's
+  gpu="5" ... pci_bus_id="00000000:9B:00.0" labels, nvidia-smi's CSV (index first) and table rows.
+"""
+
+from __future__ import annotations
+
+from activities.detection.gpu_inventory import GpuRow, inventory_row
+from workflows.contracts import Category
+
+from tests.detection.real_cases import verdict_of
+
+
+def test_an_nfs_server_not_responding_on_one_node_is_that_nodes_mount():
+    """A running job; the syslog header names the node by its EC2 hostname only (ip-10-0-27-211)."""
+    v = verdict_of("data_io-nfs-not-responding-hung-task-fsync-ec2-hostname-e6c06")
+    assert v.category == Category.DATA_IO
+    assert v.implicated.hosts == ["train-dy-g5-12xlarge-4"]
+
+
+def test_a_gpu_index_is_named_by_the_bus_id_dcgm_exporter_gives_it():
+    """torchrun's failed local_rank 5 on h100-c018; the exporter's Xid series for gpu="5" carries its bus id."""
+    v = verdict_of("gpu_hardware-torchrun-ecc-rank13-dcgm-exporter-xid48-hostname-label-e6a17")
+    assert v.implicated.gpus == ["h100-c018:0000:9b:00"]
+
+
+def test_a_gpu_index_is_named_by_the_bus_id_of_nvidia_smis_csv_row():
+    """'6, GPU-1d7c..., 00000000:BA:00.0, Yes' printed through 'kubectl debug node/H': that node's GPU 6."""
+    v = verdict_of("gpu_hardware-k8s-device-plugin-xid94-contained-ecc-allocatable-7-e6a20")
+    assert v.implicated.gpus == ["h100-pool-a-0x7k9:0000:ba:00"]
+
+
+def test_inventory_rows_of_each_tool():
+    assert inventory_row('DCGM_FI_DEV_GPU_TEMP{Hostname="n1",pci_bus_id="00000000:3B:00.0",gpu="2"} 71') == GpuRow(
+        2, "0000:3b:00", "n1")
+    assert inventory_row("|   7  NVIDIA A100-SXM4-80GB          On  |   00000000:BD:00.0 Off |        0 |") == GpuRow(
+        7, "0000:bd:00")
+    assert inventory_row("3, NVIDIA H100, 00000000:4E:00.0") == GpuRow(3, "0000:4e:00")
+    assert inventory_row("GPU 00000000:4E:00.0") is None  # nvidia-smi -q's section header names no index
+    assert inventory_row("3, 45, 12.5 W") is None
