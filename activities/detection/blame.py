@@ -133,8 +133,8 @@ def implicate(
     # a memory monitor naming the node that ran low ("Memory on the node (IP: ...)") singles it out among
     # the job's nodes; on a one-node job the job outgrew the node, and a cgroup limit (Slurm's oom-kill
     # events, "Exceeded job memory limit") is the job's own wherever it bit: neither blames a node
-    node_oom = cat == Category.HOST_OOM and len(b.job_hosts) > 1 and any(
-        _NODE_MEMORY.search(s.text or s.line) for s in sigs if s.source == "log" and s.strong)
+    node_oom = cat == Category.HOST_OOM and len(b.job_hosts) > 1 and (any(
+        _NODE_MEMORY.search(s.text or s.line) for s in sigs if s.source == "log" and s.strong) or _one_node_oom(sigs, b))
     if not hosts and (local_cause or node_oom):
         named = named_near(b, sigs)
         if len(named) == 1:
@@ -159,6 +159,7 @@ def implicate(
 # causes that live on one node; not host OOM: a job that outgrows a node's memory is the job's, not the node's,
 # unless the message singles out one node of several
 _NODE_LOCAL = {Category.GPU_HARDWARE, Category.NODE_FAILURE, Category.INTERCONNECT, Category.CUDA_ERROR}
+_CGROUP_LIMIT = re.compile(r"(?i)oom[_-]kill event|Exceeded (job|step) memory limit|memory cgroup out of memory|oom_memcg=|cgroup")
 _NODE_MEMORY = re.compile(r"(?i)node running low on memory|NODE_OUT_OF_MEMORY|memory pressure|Memory on the node|System memory low at node")
 NEAR = 3  # lines either side of a failing line that belong to its message (Ray's "ip: ..." block, a wrapped line)
 _GPU_REF = re.compile(r"(?i)(?<![A-Za-z0-9_])(?:gpu[ _-]?(?:id|index)?[ #:=]{0,3}|cuda:)([0-9]{1,2})(?![0-9A-Za-z:.])")
@@ -297,6 +298,16 @@ _FS_CLIENT_LOST = {"lustre_error", "nfs_server_not_responding"}  # a client's ow
 _MOUNT_ERRORS = {"stale_file_handle", "io_error", "disk_full", "checkpoint_write_failed", "file_not_found"}
 _NODE_LOCAL_PATH = re.compile(r"['\" (](/(?:local|localscratch|lscratch|scratch/local|local_scratch|tmp|raid[0-9]?|nvme[0-9a-z]*|ssd|mnt/local|mnt/nvme|local_disk[0-9]?|dev/nvme)[/'\" ]|\$TMPDIR|SLURM_TMPDIR)")
 _DEVICE_CUDA_ERRORS = {"cuda_unknown_error"}  # "CUDA error: unknown error": usually a GPU that became unusable
+
+
+def _one_node_oom(sigs: list[Signal], b: SignalBuilder) -> bool:
+    """The kernel's OOM killer (or the OOM-killed task) seen on exactly one node of several: that node ran out,
+    the others did not; a cgroup limit the job set for itself is the job's wherever it bit."""
+    oom = [s for s in b.signals if s.category == Category.HOST_OOM and s.source == "log" and s.host]
+    if not oom or any(_CGROUP_LIMIT.search(s.text or s.line) for s in oom):
+        return False
+    hosts = {s.host for s in oom}
+    return len(hosts) == 1 and hosts < b.job_hosts
 
 
 def _failed_node(b: SignalBuilder) -> set[str]:

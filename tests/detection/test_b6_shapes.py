@@ -4,6 +4,9 @@
   D state in nfs_file_fsync) on one node of the job is that node's mount: data_io, that node blamed (before: none).
 - A GPU known by its index is named by the bus id an inventory row of its host ties to it: dcgm-exporter's
   gpu="5" ... pci_bus_id="00000000:9B:00.0" labels, nvidia-smi's CSV (index first) and table rows.
+- The kernel's OOM killer seen on exactly one node of several (not a cgroup limit the job set) blames that node.
+- Slurm's own words for a node's bad RAM ('*** STEP 330117.0 ON gx07 UNCORRECTABLE MEMORY ERROR AT ...') and a
+  pasted `sinfo -lNe` row showing a job node 'down*  ... Not responding' name the node that failed.
 """
 
 from __future__ import annotations
@@ -41,3 +44,30 @@ def test_inventory_rows_of_each_tool():
     assert inventory_row("3, NVIDIA H100, 00000000:4E:00.0") == GpuRow(3, "0000:4e:00")
     assert inventory_row("GPU 00000000:4E:00.0") is None  # nvidia-smi -q's section header names no index
     assert inventory_row("3, 45, 12.5 W") is None
+
+
+def test_a_global_oom_on_one_node_of_two_blames_that_node():
+    """dmesg's 'oom-kill:constraint=CONSTRAINT_NONE,...,global_oom' after a prompt on hgx-b03 (before: rank only)."""
+    v = verdict_of("host_oom-dmesg-iso-global-oom-python-rank-host-prompt-e6a08")
+    assert v.category == Category.HOST_OOM
+    assert v.implicated.hosts == ["hgx-b03"]
+
+
+def test_a_cgroup_oom_on_one_node_stays_the_jobs():
+    """Slurm's 'Detected 1 oom_kill event ... cgroup' is the job's own limit: no node is blamed for it."""
+    v = verdict_of("host_oom-slurmstepd-batch-cgroup-oom-multinode-c7h05")
+    assert v.category == Category.HOST_OOM
+    assert v.implicated.hosts == []
+
+
+def test_slurms_uncorrectable_memory_error_names_the_node():
+    """Rank 19's Bus error and everyone's watchdog timeouts follow; the cause is gx07's RAM (before: app_error)."""
+    v = verdict_of("node_failure-slurmstepd-uncorrectable-memory-error-bus-error-e6c27")
+    assert v.category == Category.NODE_FAILURE
+    assert v.implicated.hosts == ["gx07"]
+
+
+def test_a_pasted_sinfo_row_names_the_down_node():
+    v = verdict_of("node_failure-sinfo-down-star-not-responding-job-completing-e6c11")
+    assert v.category == Category.NODE_FAILURE
+    assert v.implicated.hosts == ["gpu-023"]
