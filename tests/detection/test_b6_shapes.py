@@ -7,6 +7,9 @@
 - The kernel's OOM killer seen on exactly one node of several (not a cgroup limit the job set) blames that node.
 - Slurm's own words for a node's bad RAM ('*** STEP 330117.0 ON gx07 UNCORRECTABLE MEMORY ERROR AT ...') and a
   pasted `sinfo -lNe` row showing a job node 'down*  ... Not responding' name the node that failed.
+- A peer nobody can reach: c10d giving up ('failed to connect to any network address of (HOST, PORT)', no longer
+  cleared as a start-up retry) and NCCL's 'socketPollConnect poll() failed ... connect to IP:PORT' from every
+  other node name the far end.
 """
 
 from __future__ import annotations
@@ -71,3 +74,17 @@ def test_a_pasted_sinfo_row_names_the_down_node():
     v = verdict_of("node_failure-sinfo-down-star-not-responding-job-completing-e6c11")
     assert v.category == Category.NODE_FAILURE
     assert v.implicated.hosts == ["gpu-023"]
+
+
+def test_c10d_giving_up_on_the_store_host_blames_it():
+    """errno 113 No route to host to MASTER_ADDR by FQDN, after a complete rendezvous (before: app_error, no host)."""
+    v = verdict_of("interconnect-elastic-etcd-master-no-route-to-host-e6b15")
+    assert v.category == Category.INTERCONNECT
+    assert v.implicated.hosts == ["gpu-k03"]
+
+
+def test_nccl_socket_connects_timing_out_to_one_address_blame_that_node():
+    """A running job's per-rank files: five nodes' bootstrap connects to 172.16.41.117 time out (before: none)."""
+    v = verdict_of("interconnect-socketpollconnect-syn-drop-dest-ip-e6b01")
+    assert v.category == Category.INTERCONNECT
+    assert v.implicated.hosts == ["s07gn0117"]
