@@ -141,6 +141,14 @@ def implicate(
             hosts |= named
             choice.why = (choice.why + "; " if choice.why else "") + (
                 f"the failing lines name {next(iter(named))} and no other of the job's nodes")
+    if not hosts and ranks and len(b.job_hosts) > 1 and gpu_at_fault(cat, domain):
+        # a device fault printed without a host ('call to cuCtxCreate returned error 214 (ECC_UNCORRECTABLE)')
+        # by ranks the layout puts on one node: that node's GPU
+        placed = {b.host_of_rank(r) for r in ranks}
+        if len(placed) == 1 and None not in placed:
+            hosts |= placed  # type: ignore[arg-type]
+            choice.why = (choice.why + "; " if choice.why else "") + (
+                f"the failing ranks {', '.join(map(str, sorted(ranks)))} all run on {next(iter(placed))}")
     if cat in (Category.GPU_HARDWARE, Category.CUDA_ERROR) and len(hosts) == 1 and (
             cat == Category.GPU_HARDWARE or domain == FaultDomain.HARDWARE):
         host = next(iter(hosts))

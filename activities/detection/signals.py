@@ -398,7 +398,7 @@ class SignalBuilder:
     def stalled_ranks(self) -> set[int]:
         """Ranks Horovod's stall inspector says the others wait for: its 'Missing ranks:' / 'Stalled ranks:'
         entries, '[missing ranks: N]', and the ranks absent from a '[ready ranks: ...]' list (the job's
-        world size from its task layout). Empty when the report does not single out a few."""
+        world size from its task layout). Empty when the report does not single out a few, or one node's."""
         reports = [s for s in self.signals if s.pattern_id == "horovod_stalled_ranks"]
         if not reports:
             return set()
@@ -419,8 +419,13 @@ class SignalBuilder:
             for ready in ready_lists:
                 if max(ready) < world:
                     missing |= set(range(world)) - ready
-        if not missing or (world and len(missing) > max(1, world // 4)):
+        if not missing or (world and len(missing) >= world):
             return set()
+        if world and len(missing) > max(1, world // 4):
+            # many ranks: a suspect set only when they are one node's (of several), the node that stopped
+            nodes = {self.host_of_rank(r) for r in missing}
+            if len(nodes) != 1 or None in nodes or len(self.job_hosts) < 2:
+                return set()
         return missing
 
     def _stall_report_texts(self, reports: list[Signal]) -> list[str]:

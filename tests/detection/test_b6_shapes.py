@@ -10,6 +10,10 @@
 - A peer nobody can reach: c10d giving up ('failed to connect to any network address of (HOST, PORT)', no longer
   cleared as a start-up retry) and NCCL's 'socketPollConnect poll() failed ... connect to IP:PORT' from every
   other node name the far end.
+- A device fault printed without a host by ranks the layout puts on one node (OpenACC's 'call to cuCtxCreate
+  returned error 214 (CUDA_ERROR_ECC_UNCORRECTABLE)' from srun's tasks 2-3) is that node's GPU.
+- Horovod's 'Missing ranks:' rows naming every rank of one node of several (half the world here) single that
+  node out; more than a quarter of the world on several nodes still does not.
 """
 
 from __future__ import annotations
@@ -88,3 +92,30 @@ def test_nccl_socket_connects_timing_out_to_one_address_blame_that_node():
     v = verdict_of("interconnect-socketpollconnect-syn-drop-dest-ip-e6b01")
     assert v.category == Category.INTERCONNECT
     assert v.implicated.hosts == ["s07gn0117"]
+
+
+def test_a_device_fault_without_a_host_is_on_the_node_of_its_ranks():
+    v = verdict_of("gpu_hardware-openacc-cuctxcreate-214-ecc-uncorrectable-one-node-e6a15")
+    assert v.category == Category.GPU_HARDWARE
+    assert v.implicated.hosts == ["atl1-1-02-011-19-0"]
+    assert v.implicated.ranks == [2, 3]
+
+
+def test_horovod_missing_ranks_of_one_whole_node_blame_it():
+    """Ranks 4-7 of 8, all of hvd-w02's (before: more than a quarter of the world, so nobody)."""
+    v = verdict_of("hang-horovod-stall-missing-ranks-one-node-e6b12")
+    assert v.category == Category.HANG
+    assert v.implicated.ranks == [4, 5, 6, 7]
+    assert v.implicated.hosts == ["hvd-w02"]
+
+
+def test_horovod_missing_ranks_across_nodes_single_out_nobody(tmp_path):
+    """The same report with ranks 3-6 missing (two nodes' ranks, half the world): no suspect set."""
+    from tests.detection.real_cases import BENCH, CATALOGUE, TUNE, sidecar
+
+    name = "hang-horovod-stall-missing-ranks-one-node-e6b12"
+    text = (TUNE / f"{name}.log").read_text().replace("[0] 7: [", "[0] 3: [")
+    log = tmp_path / f"{name}.log"
+    log.write_text(text)
+    v = BENCH.run_case(log, sidecar(name), catalogue=CATALOGUE)
+    assert v.implicated.hosts == []
