@@ -167,6 +167,7 @@ def implicate(
 # causes that live on one node; not host OOM: a job that outgrows a node's memory is the job's, not the node's,
 # unless the message singles out one node of several
 _NODE_LOCAL = {Category.GPU_HARDWARE, Category.NODE_FAILURE, Category.INTERCONNECT, Category.CUDA_ERROR}
+_KERNEL_OOM = re.compile(r"(?i)Out of memory: Kill|oom-kill:|invoked oom-killer|Killed process [0-9]")
 _CGROUP_LIMIT = re.compile(r"(?i)oom[_-]kill event|Exceeded (job|step) memory limit|memory cgroup out of memory|oom_memcg=|cgroup")
 _NODE_MEMORY = re.compile(r"(?i)node running low on memory|NODE_OUT_OF_MEMORY|memory pressure|Memory on the node|System memory low at node")
 NEAR = 3  # lines either side of a failing line that belong to its message (Ray's "ip: ..." block, a wrapped line)
@@ -309,13 +310,14 @@ _DEVICE_CUDA_ERRORS = {"cuda_unknown_error"}  # "CUDA error: unknown error": usu
 
 
 def _one_node_oom(sigs: list[Signal], b: SignalBuilder) -> bool:
-    """The kernel's OOM killer (or the OOM-killed task) seen on exactly one node of several: that node ran out,
-    the others did not; a cgroup limit the job set for itself is the job's wherever it bit."""
-    oom = [s for s in b.signals if s.category == Category.HOST_OOM and s.source == "log" and s.host]
-    if not oom or any(_CGROUP_LIMIT.search(s.text or s.line) for s in oom):
+    """The kernel's OOM killer seen on exactly one node of several: that node ran out, the others did not; a
+    cgroup limit the job set for itself (Slurm's oom-kill events) is the job's wherever it bit, and a SIGKILL
+    alone says nothing of whose memory."""
+    oom = [s for s in b.signals if s.category == Category.HOST_OOM and s.source == "log"]
+    if any(_CGROUP_LIMIT.search(s.text or s.line) for s in oom):
         return False
-    hosts = {s.host for s in oom}
-    return len(hosts) == 1 and hosts < b.job_hosts
+    hosts = {s.host for s in oom if _KERNEL_OOM.search(s.text or s.line)}
+    return len(hosts) == 1 and None not in hosts and hosts < b.job_hosts
 
 
 def _failed_node(b: SignalBuilder) -> set[str]:

@@ -232,7 +232,10 @@ def survived(b: SignalBuilder, choice: Choice, evidence: JobEvidence) -> bool:
     if any(s.condemns or s.source != "log" for s in choice.signals):
         return False
     last = max(s.line_no or 0 for s in choice.signals)
-    return b.progressed_after(last, lines=SURVIVED_PROGRESS_LINES)
+    if b.progressed_after(last, lines=SURVIVED_PROGRESS_LINES):
+        return True
+    # the job's own retry loop said it starts again ('retrying 1/3', 'Restoring checkpoint ...') and steps grow
+    return b.resumed_after(last) and b.progressed_after(last, lines=2)
 
 
 def _hang_choice(b: SignalBuilder, hang: list[Signal]) -> Choice:

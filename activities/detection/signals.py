@@ -387,6 +387,12 @@ class SignalBuilder:
                 seen.append(sample.iteration)
         return len(seen) >= lines and seen[-1] > seen[0]
 
+    def resumed_after(self, line_no: int) -> bool:
+        """A line after `line_no` says the job's own retry loop starts training again (Ray Train's and Tune's
+        FailureConfig, an elastic agent's restart, a script's retry): 'retrying 1/3', 'Restoring checkpoint',
+        'Resuming from checkpoint', 'restarting worker group'."""
+        return any(n > line_no and _RESUMED.search(line) for n, line in self.tail)
+
     def dump_culprits(self) -> list[tuple]:
         """Processes whose dump shows no thread in a collective while the others' do: the stuck ones."""
         waiting = [k for k, in_collective in self.dumps.items() if in_collective]
@@ -780,6 +786,7 @@ _DUMP_TASK = re.compile(r"(?i)\btask[ =:#]{0,2}([0-9]{1,6})")
 _HVD_LIST = re.compile(r"\[(missing|ready) ranks: ?([0-9][0-9, ]{0,4000})\]")
 _HVD_ROW = re.compile(r"\[(?:missing|ready) ranks: ?[0-9]")  # a 'Stalled ops:' row: 'TENSOR [ready ranks: 3, 0]'
 _LONG_BUS = re.compile(r"[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9]")  # nvidia-smi's spelling of a bus id
+_RESUMED = re.compile(r"(?i)\bretrying \(?[0-9]{1,3} ?(/|of) ?[0-9]{1,3}\b|\b(restor|resum)(ing|ed) (training )?(from )?(the )?(latest |last )?checkpoint|restarting (the )?worker group")
 _PREVIOUS_XID = re.compile(r"caused by previous Xid ([0-9]{1,4})")
 PCI = re.compile(r"(?<![0-9A-Fa-f:])((?:[0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9])?(?![0-9A-Fa-f:])")
 

@@ -14,6 +14,10 @@
   returned error 214 (CUDA_ERROR_ECC_UNCORRECTABLE)' from srun's tasks 2-3) is that node's GPU.
 - Horovod's 'Missing ranks:' rows naming every rank of one node of several (half the world here) single that
   node out; more than a quarter of the world on several nodes still does not.
+- Health checks' own words for a failed GPU: a DCGM diagnostic's error text ('A memory mismatch was detected on
+  GPU 1', here in a preflight container's JSON log) and gpu-burn's summary row ('GPU 2: FAULTY').
+- A running job whose own retry loop says it starts again ('Training failed, retrying 1/3', 'Restoring checkpoint')
+  and whose steps then grow has survived the error, after two progress lines as after three without those words.
 """
 
 from __future__ import annotations
@@ -119,3 +123,35 @@ def test_horovod_missing_ranks_across_nodes_single_out_nobody(tmp_path):
     log.write_text(text)
     v = BENCH.run_case(log, sidecar(name), catalogue=CATALOGUE)
     assert v.implicated.hosts == []
+
+
+def test_a_dcgm_diagnostic_error_text_names_the_gpu():
+    """Before: unknown (the JSON line matched nothing)."""
+    v = verdict_of("gpu_hardware-k8s-preflight-dcgm-diag-json-memory-fail-gpu1-e6a21")
+    assert v.category == Category.GPU_HARDWARE
+    assert (v.implicated.hosts, v.implicated.gpus) == (["gpu-a100-node-19"], ["gpu-a100-node-19:1"])
+
+
+def test_gpu_burns_faulty_row_names_the_gpu():
+    """Before: cuda_error from CUBLAS_STATUS_EXECUTION_FAILED, no GPU."""
+    v = verdict_of("gpu_hardware-gpuburn-epilog-cublas-exec-failed-gpu-missing-nvsmi-e6a30")
+    assert v.category == Category.GPU_HARDWARE
+    assert (v.implicated.hosts, v.implicated.gpus) == (["rtx8k-07"], ["rtx8k-07:2"])
+
+
+def test_a_running_job_that_retried_and_trains_again_is_fine():
+    """Ray: an actor lost (spot reclaim), the script retries, restores epoch 12, prints two growing steps."""
+    v = verdict_of("none-ray-spot-actor-lost-socket-closed-retry-resumes-e6c18")
+    assert v.category == Category.NONE
+
+
+def test_without_the_retry_words_two_progress_lines_do_not_clear_the_error(tmp_path):
+    from tests.detection.real_cases import BENCH, CATALOGUE, TUNE, sidecar
+
+    name = "none-ray-spot-actor-lost-socket-closed-retry-resumes-e6c18"
+    text = (TUNE / f"{name}.log").read_text()
+    text = text.replace("Training failed, retrying 1/3", "Training failed").replace("Restoring checkpoint", "Loading")
+    log = tmp_path / f"{name}.log"
+    log.write_text(text)
+    v = BENCH.run_case(log, sidecar(name), catalogue=CATALOGUE)
+    assert v.category != Category.NONE
