@@ -235,7 +235,10 @@ def _one_gpu(texts: list[str]) -> set[str]:
 _PORT_DOWN = {"ib_port_state_down"}
 # a verbs call failing on the caller's own device (its RoCE netdev/GID gone, memory it cannot register): that
 # node's NIC even when its one peer is as much in the failed link
-_LOCAL_VERBS = re.compile(r"Call to ibv_[a-z_]{2,30} failed with error (No such device|Cannot allocate memory)")
+# a node's own device failing to open, not a transfer to a peer: verbs calls on a missing RoCE netdev or unregistrable
+# memory; aws-ofi-nccl unable to create an endpoint on its own domain (libfabric's efa provider came up empty)
+_LOCAL_VERBS = re.compile(r"Call to ibv_[a-z_]{2,30} failed with error (No such device|Cannot allocate memory)"
+                          r"|NET/OFI Creating new endpoint for domain [0-9a-fx]{1,20} failed")
 # nvidia-smi -q: "GPU 00000000:3B:00.0" opens a section of indented "Field : value" lines about that GPU
 _NVSMI_SECTION = re.compile(r"^GPU ((?:[0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9])?\s*$")
 

@@ -18,6 +18,8 @@
   GPU 1', here in a preflight container's JSON log) and gpu-burn's summary row ('GPU 2: FAULTY').
 - A running job whose own retry loop says it starts again ('Training failed, retrying 1/3', 'Restoring checkpoint')
   and whose steps then grow has survived the error, after two progress lines as after three without those words.
+- aws-ofi-nccl unable to create an endpoint on its own domain ('NET/OFI Creating new endpoint for domain 0x...
+  failed') is the reporter's own EFA device, even on a job of two nodes (CloudWatch's '| time | ' table format).
 """
 
 from __future__ import annotations
@@ -155,3 +157,9 @@ def test_without_the_retry_words_two_progress_lines_do_not_clear_the_error(tmp_p
     log.write_text(text)
     v = BENCH.run_case(log, sidecar(name), catalogue=CATALOGUE)
     assert v.category != Category.NONE
+
+
+def test_an_efa_endpoint_that_cannot_be_created_is_the_reporters_device():
+    v = verdict_of("interconnect-efa-empty-provider-list-one-instance-cloudwatch-e6b22")
+    assert v.category == Category.INTERCONNECT
+    assert v.implicated.hosts == ["ip-10-36-41-87"]
