@@ -20,6 +20,9 @@
   and whose steps then grow has survived the error, after two progress lines as after three without those words.
 - aws-ofi-nccl unable to create an endpoint on its own domain ('NET/OFI Creating new endpoint for domain 0x...
   failed') is the reporter's own EFA device, even on a job of two nodes (CloudWatch's '| time | ' table format).
+- The cloud taking a VM down under the job (GCE's compute.instances.terminateOnHostMaintenance system event, listed
+  by a 'gcloud compute operations list' naming the instance) is that node's failure, ahead of the survivors'
+  watchdog timeouts.
 """
 
 from __future__ import annotations
@@ -163,3 +166,9 @@ def test_an_efa_endpoint_that_cannot_be_created_is_the_reporters_device():
     v = verdict_of("interconnect-efa-empty-provider-list-one-instance-cloudwatch-e6b22")
     assert v.category == Category.INTERCONNECT
     assert v.implicated.hosts == ["ip-10-36-41-87"]
+
+
+def test_a_host_maintenance_termination_is_the_named_instances_failure():
+    v = verdict_of("node_failure-gke-host-maintenance-terminated-pod-outofgpu-e6a27")
+    assert v.category == Category.NODE_FAILURE
+    assert v.implicated.hosts == ["gke-train-a2-pool-3c1f9e2a-w7kd"]
