@@ -313,7 +313,7 @@ class WatchActivities:
                     await self.poll_jobs(state, waker.targets, shard=shard, shards=shards, keeper=keeper)
                 else:
                     await self.poll_once(state, shard=shard, shards=shards, keeper=keeper,
-                                         routine_s=inp.poll_interval_s * ROUTINE_SHARE)
+                                         routine_s=inp.poll_interval_s * ROUTINE_SHARE, poked=waker.poked)
             except JobmedicError as exc:
                 logger.warning("poll of cluster {} failed: {} (retrying next interval)", inp.cluster, exc)
             activity.heartbeat(self._beat(state, keeper, shard, shards))
@@ -333,13 +333,17 @@ class WatchActivities:
 
     async def poll_once(
         self, state: WatchState, *, shard: int = 0, shards: int = 1, keeper: ShardKeeper | None = None,
-        routine_s: float | None = None,
+        routine_s: float | None = None, poked: Callable[[], Awaitable[set[str]]] | None = None,
     ) -> list[JobObservation]:
         """One pass over every opted-in job of this shard; returns the observations it signalled.
 
         `routine_s`: after this many seconds of the pass, routine observations (`ROUTINE_REASONS` of a job that
         has not ended) are kept for the next pass instead of sent. Each one is a workflow start or a workflow
         task (at 10,000 jobs a first pass of starts took minutes on two cores); a failure never waits.
+
+        `poked`: asked between batches for jobs a poke named meanwhile (the waker's `poked`). Those are read at once
+        (`poll_jobs`) and left out of the rest of the pass, whose listing is older than that read: at 10,000 jobs a
+        pass takes longer than the interval, and a job ending at its start waited for its end (detection 22 s).
         """
         now = self._clock()
         listing = await self._listing.get(shard)
@@ -355,9 +359,14 @@ class WatchActivities:
 
         mine = [j for j in jobs if shards == 1 or shard_of(j.job_id, shards) == shard]
         beat = started
+        fresher: set[str] = set()  # jobs a poke had read mid-pass: the listing's records of them are older
 
         async def between_batches() -> None:
             nonlocal beat
+            targets = await poked() if poked is not None else set()
+            if targets:
+                await self.poll_jobs(state, targets, shard=shard, shards=shards, keeper=keeper)
+                fresher.update(targets)
             if time.monotonic() - beat > HEARTBEAT_EVERY_S and activity.in_activity():
                 # a long poll must not look like a dead worker; what it signalled so far is saved
                 if keeper is not None:
@@ -367,7 +376,7 @@ class WatchActivities:
                 beat = time.monotonic()
 
         sent = await self._poll_jobs(state, mine, jobs, now, listed=listed, signalled=signalled,
-                                     routine_allowed=routine_allowed, between_batches=between_batches)
+                                     routine_allowed=routine_allowed, between_batches=between_batches, fresher=fresher)
         for wid in [w for w in state.jobs if w not in listed]:
             watched = state.jobs[wid]
             watched.missing_polls += 1
@@ -411,10 +420,11 @@ class WatchActivities:
     async def _poll_jobs(
         self, state: WatchState, jobs: list[JobInfo], seen: list[JobInfo], now: datetime, *, listed: set[str],
         signalled: set[str], routine_allowed: Callable[[], bool] | None = None,
-        between_batches: Callable[[], Awaitable[None]] | None = None,
+        between_batches: Callable[[], Awaitable[None]] | None = None, fresher: set[str] | None = None,
     ) -> list[JobObservation]:
         """Observe `jobs` (a shard's share of `seen`, which the cluster-wide failure view counts) and signal what
-        changed; returns the observations signalled."""
+        changed; returns the observations signalled. A job in `fresher` (read since `jobs` was listed) is only
+        marked as listed."""
         # the cluster-wide view covers the jobs this deployment watches (other deployments keep their own),
         # in every shard: a node that failed jobs of two shards is one node
         self._remember_failures(state, [j for j in seen if self._watched_environment(j)], now)
@@ -422,6 +432,9 @@ class WatchActivities:
 
         async def one(job: JobInfo) -> JobObservation | None:
             job.cluster = self._ctx.cluster
+            if fresher and job.job_id in fresher:
+                listed.update(w for w, watched in state.jobs.items() if watched.job_id == job.job_id)
+                return None
             try:
                 return await self._poll_job(state, job, now, listed, failures, signalled, routine_allowed)
             except Exception as exc:  # noqa: BLE001 - one job's trouble must not blind the watch to the others

@@ -85,6 +85,8 @@ class PollWaker:
         self._quiet_until = 0.0
         self._failures_in_row = 0
         self._full_due: float | None = None  # when the next full pass is due
+        self._next_look = 0.0  # when a pass in progress may ask for pokes again
+        self._full_again = False  # a poke taken during a full pass named nodes: one more full pass at once
         self.handover_asked = False  # the workflow wants the state back, to continue as new with it
         # after `wait`: the job ids the next poll is for, or None for a full pass over every job
         self.targets: set[str] | None = None
@@ -104,6 +106,9 @@ class PollWaker:
         if self.targets is None or self._full_due is None:  # the poll just made was a full pass
             self._full_due = now + interval_s
         self.targets = None
+        if self._full_again:
+            self._full_again = False
+            return []
         repoll = now + REPOLL_EVERY_S if self._settling else None
         while (left := self._full_due - self._monotonic()) > 0:
             pokes = await self._new_pokes()
@@ -120,6 +125,21 @@ class PollWaker:
                 nap = min(nap, max(0.0, repoll - self._monotonic()))
             await asyncio.sleep(nap)
         return []
+
+    async def poked(self) -> set[str]:
+        """During a full pass: the jobs pokes named since the last look (at most every `CHECK_EVERY_S`), to be read
+        at once; a poke naming nodes asks for another full pass right after this one (its listing may predate
+        the node's fall)."""
+        now = self._monotonic()
+        if now < self._next_look:
+            return set()
+        self._next_look = now + self._check_every_s
+        pokes = await self._new_pokes()
+        named = _named_jobs(pokes) if pokes else set()
+        if named is None:
+            self._full_again = True
+            return {job_id for p in pokes for job_id in p.job_ids}
+        return named
 
     def _settle(self, state: WatchedJobs) -> None:
         """After a poll: keep re-polling early only for poked jobs the poll saw still running or completing."""

@@ -167,3 +167,20 @@ async def test_a_handover_request_ends_the_wait(clock: Clock) -> None:
     assert await w.wait(state(), 15.0) == []
     assert w.handover_asked
     assert clock.t <= 1002.5
+
+
+async def test_during_a_pass_pokes_are_taken_at_most_twice_a_second_and_a_node_poke_asks_another_pass(
+    clock: Clock,
+) -> None:
+    node_down = WatchPoke(source="node-down", nodes=["gpu07"], sent_at=NOW, job_ids=["9"])
+    watch = Watch(clock, schedule=[(1000.0, poke("7")), (1000.2, poke("8")), (1001.0, node_down)])
+    w = waker(clock, watch)
+    assert await w.poked() == {"7"}
+    clock.t = 1000.3
+    assert await w.poked() == set() and watch.asked == 1  # asked again only after CHECK_EVERY_S
+    clock.t = 1000.6
+    assert await w.poked() == {"8"}
+    clock.t = 1001.2
+    assert await w.poked() == {"9"}  # the node's jobs it names are read now; the rest wait for ...
+    t = clock.t
+    assert await w.wait(state(), 15.0) == [] and w.targets is None and clock.t == t  # ... a full pass at once

@@ -261,3 +261,45 @@ def test_old_state_rows_are_pruned_on_load(tmp_path: Path) -> None:
     loaded = asyncio.run(ShardKeeper(store, cluster="c1", clock=lambda: T0).load())
     assert loaded["jobs"] == {} and store.watch_state_rows("c1") == 0
     store.close()
+
+
+@dataclass
+class PokedListing(Listing):
+    """A listing taken at the pass's start, and the per-job read a poke's poll makes later (the job has ended)."""
+
+    now: dict[str, JobInfo] = field(default_factory=dict)
+
+    async def get_jobs(self, job_ids) -> list[JobInfo]:
+        return [self.now[j].model_copy(deep=True) for j in job_ids if j in self.now]
+
+
+async def test_a_poke_during_a_long_pass_is_read_at_once_and_the_stale_listing_left_alone(
+    tmp_path: Path, screen
+) -> None:
+    """At 10,000 jobs a pass takes longer than the interval; a job ending at its start waited for its end (22 s in
+    bench/scale.py). The poke is taken between batches; the listing's older record of that job is not observed
+    afterwards (it would say RUNNING again)."""
+    jobs = []
+    for i in range(70):  # three batches of JOBS_AT_ONCE
+        out = tmp_path / f"out-{i}.txt"
+        write(out, ["iteration 1/1000 | loss 2.0"])
+        jobs.append(job(str(100 + i), out))
+    ended = jobs[-1].model_copy(update={"state": JobState.FAILED, "exit_code": 1})
+    write(Path(ended.stdout_path or ""), [CRASH])
+    listing = PokedListing(jobs, now={ended.job_id: ended})
+    temporal = Temporal()
+    watch = make(listing, temporal, screen, RecordingAudit(), None)
+    asked: list[int] = []
+
+    async def poked() -> set[str]:
+        asked.append(len(temporal.started))
+        return {ended.job_id} if len(asked) == 1 else set()
+
+    state = WatchState()
+    await watch.poll_once(state, poked=poked)
+    assert asked[0] <= 32  # asked after the first batch, long before the pass reached the job
+    observed = [obs for wid, args in temporal.started for obs in args if obs.job.job_id == ended.job_id]
+    assert [o.job.state for o in observed] == [JobState.FAILED]  # once, as the poke's read saw it
+    assert {h.line_no for h in observed[0].hits} == {2}
+    assert len(temporal.started) == 70  # every other job observed by the pass as before
+    assert len(state.jobs) == 70 and all(w.missing_polls == 0 for w in state.jobs.values())
