@@ -57,6 +57,11 @@ def implicate(
             xid_hosts |= erring  # the error text itself points to the device
         hosts |= erring & xid_hosts
     if cat == Category.DATA_IO and not hosts:
+        # the kernel's word that a node's own disk fails (NVMe I/O errors, XFS corruption on a local device)
+        disk = {s.host for s in b.signals if s.pattern_id == "local_disk_io_error" and s.host}
+        if len(disk) == 1:
+            hosts |= disk
+    if cat == Category.DATA_IO and not hosts:
         hosts |= _local_mount(sigs, b)
     if cat == Category.DATA_IO and not hosts:
         hosts |= _lost_client(sigs, b)
@@ -127,7 +132,7 @@ def implicate(
         # the ranks that crashed on the blamed node are where it showed
         crashed = (s.rank if s.rank is not None else s.task for s in b.signals
                    if s.host in hosts and s.source == "log" and s.strong and (s.rank is not None or "tasks" in s.fields)
-                   and s.category in _RANK_CRASH)
+                   and (s.category in _RANK_CRASH or s.category == cat == Category.DATA_IO))
         ranks |= {r for r in crashed if r is not None}
     local_cause = cat in _NODE_LOCAL and (cat != Category.CUDA_ERROR or domain == FaultDomain.HARDWARE)
     # a memory monitor naming the node that ran low ("Memory on the node (IP: ...)") singles it out among
@@ -306,7 +311,7 @@ def _link_blame(sigs: list[Signal], everything: list[Signal]) -> tuple[list[str]
 
 
 _RANK_CRASH = {Category.CUDA_ERROR, Category.GPU_HARDWARE, Category.APP_ERROR, Category.NODE_FAILURE, Category.NCCL_ERROR}
-_FS_CLIENT_LOST = {"lustre_error", "nfs_server_not_responding"}  # a client's own account of losing its file-system servers
+_FS_CLIENT_LOST = {"lustre_error", "lustre_client_lost_server", "nfs_server_not_responding", "fs_client_stuck_frame"}  # a client's own account of losing its file-system servers
 _MOUNT_ERRORS = {"stale_file_handle", "io_error", "disk_full", "checkpoint_write_failed", "file_not_found"}
 _NODE_LOCAL_PATH = re.compile(r"['\" (](/(?:local|localscratch|lscratch|scratch/local|local_scratch|tmp|raid[0-9]?|nvme[0-9a-z]*|ssd|mnt/local|mnt/nvme|local_disk[0-9]?|dev/nvme)[/'\" ]|\$TMPDIR|SLURM_TMPDIR)")
 _DEVICE_CUDA_ERRORS = {"cuda_unknown_error"}  # "CUDA error: unknown error": usually a GPU that became unusable
