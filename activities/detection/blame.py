@@ -94,6 +94,21 @@ def implicate(
                 f"{len(far)} failed link(s) name {', '.join(sorted({s.host for s in far if s.host}))} as their far end")
     if cat == Category.NODE_FAILURE and not hosts:
         hosts |= _failed_node(b)
+    notices = [s.pattern_id for s in sigs if s.pattern_id]
+    if (cat == Category.NODE_FAILURE and notices and set(notices) <= _RUNTIME_START and len(b.job_hosts) > 1
+            and hosts >= b.job_hosts):
+        hosts = set()  # no node could start its container: the image or the site's hooks, not a node
+    if cat == Category.NODE_FAILURE and notices and all(p in _CANCEL_NOTICES for p in notices):
+        # slurmstepd's '*** JOB N ON HOST CANCELLED ... DUE TO NODE FAILURE' is printed by the batch host, which
+        # is alive to print it; the node the survivors' links lost (a peer named by several, or the far end) failed
+        links = [s for s in b.signals if s.source == "log" and s.peers
+                 and s.category in (Category.NCCL_ERROR, Category.INTERCONNECT)]
+        lost, why = _link_blame(links, b.signals) if links else ([], "")
+        lost = [h for h in lost if h in b.job_hosts]
+        if lost:
+            hosts = set(lost)
+            choice.why = (choice.why + "; " if choice.why else "") + (
+                f"the node failure's notice comes from the batch host; {why}")
     root = b.elastic_root()
     if root is not None and cat not in (Category.NCCL_TIMEOUT, Category.HANG, Category.PREEMPTED, Category.TIME_LIMIT):
         if not hosts and root[0] and implicates_hosts(cat, domain):
@@ -311,6 +326,8 @@ def _link_blame(sigs: list[Signal], everything: list[Signal]) -> tuple[list[str]
 
 
 _RANK_CRASH = {Category.CUDA_ERROR, Category.GPU_HARDWARE, Category.APP_ERROR, Category.NODE_FAILURE, Category.NCCL_ERROR}
+_RUNTIME_START = {"container_start_failed"}  # a node's container runtime, when the others started theirs
+_CANCEL_NOTICES = {"slurm_cancelled_node_failure"}  # printed by the batch host about the job, not about itself
 _FS_CLIENT_LOST = {"lustre_error", "lustre_client_lost_server", "nfs_server_not_responding", "fs_client_stuck_frame"}  # a client's own account of losing its file-system servers
 _MOUNT_ERRORS = {"stale_file_handle", "io_error", "disk_full", "checkpoint_write_failed", "file_not_found"}
 _NODE_LOCAL_PATH = re.compile(r"['\" (](/(?:local|localscratch|lscratch|scratch/local|local_scratch|tmp|raid[0-9]?|nvme[0-9a-z]*|ssd|mnt/local|mnt/nvme|local_disk[0-9]?|dev/nvme)[/'\" ]|\$TMPDIR|SLURM_TMPDIR)")

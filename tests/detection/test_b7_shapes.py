@@ -5,6 +5,10 @@
   error names only the path; the ranks that failed writing there are its ranks.
 - A process stuck in the file-system client (a hung task's call trace in [lustre]/[obdclass]/[nfs] frames) with
   the Lustre client losing its server on one node explains a job that then ran out of time: data_io, that node.
+- slurmstepd's '*** JOB N ON HOST CANCELLED ... DUE TO NODE FAILURE' comes from the batch host, alive to print
+  it: when the survivors' NCCL links all lost one address, that node failed.
+- A node whose container runtime cannot start the tasks' containers (pyxis 'container start failed', the NVIDIA
+  container hook's ldcache error) while the others started theirs is that node's failure; on every node, no node's.
 """
 
 from __future__ import annotations
@@ -32,3 +36,39 @@ def test_a_job_timed_out_while_stuck_in_the_lustre_client_is_that_nodes_storage(
     v = verdict_of("data_io-fsx-lustre-client-hang-one-node-completing-dstate-e7c24")
     assert v.category == Category.DATA_IO
     assert v.implicated.hosts == ["gpu-dy-p5-5"]
+
+
+def test_a_node_fail_notice_from_the_batch_host_blames_the_node_the_links_lost():
+    """Before: gpu-c03, the batch host that printed the notice, and its ranks."""
+    v = verdict_of("node_failure-peer-ip-connection-reset-node-fail-e7a05")
+    assert v.category == Category.NODE_FAILURE
+    assert v.implicated.hosts == ["gpu-c04"]
+
+
+def test_a_container_that_will_not_start_on_one_node_blames_it():
+    """srun -l tasks 20-23 (hkg0316 by the layout); before: app_error, no node."""
+    v = verdict_of("node_failure-pyxis-enroot-ldcache-one-node-label-e7c01")
+    assert v.category == Category.NODE_FAILURE
+    assert v.implicated.hosts == ["hkg0316"]
+
+
+def test_containers_failing_on_every_node_blame_none(tmp_path):
+    """The same runtime failure on both nodes' tasks (the image or the site's hooks): no node is singled out."""
+    from tests.detection.real_cases import BENCH, CATALOGUE, sidecar
+
+    side = sidecar("node_failure-pyxis-enroot-ldcache-one-node-label-e7c01")
+    side.update(layout="hkg[0315-0316]:2", cluster_nodes=[{"name": "hkg0315"}, {"name": "hkg0316"}])
+    side["job"]["nodes"] = ["hkg0315", "hkg0316"]
+    lines = []
+    for task in range(4):
+        lines += [f"{task}: slurmstepd: error: pyxis: container start failed with error code: 1",
+                  f"{task}: slurmstepd: error: pyxis:     nvidia-container-cli: ldcache error: process /sbin/ldconfig "
+                  "failed with error code: 1",
+                  f"{task}: slurmstepd: error: pyxis: couldn't start container"]
+    lines += ["srun: error: hkg0315: tasks 0-1: Exited with exit code 1",
+              "srun: error: hkg0316: tasks 2-3: Exited with exit code 1"]
+    log = tmp_path / "pyxis-everywhere.log"
+    log.write_text("\n".join(lines) + "\n")
+    v = BENCH.run_case(log, side, catalogue=CATALOGUE)
+    assert v.category == Category.NODE_FAILURE
+    assert v.implicated.hosts == []
