@@ -213,7 +213,7 @@ class SimRunner:
     async def run(self, argv: list[str], *, timeout: float) -> CommandResult:
         self.commands[argv[0]] = self.commands.get(argv[0], 0) + 1
         if argv[0] == "squeue" and "--json" in argv:
-            only = {argv[argv.index("--jobs") + 1]} if "--jobs" in argv else None
+            only = set(argv[argv.index("--jobs") + 1].split(",")) if "--jobs" in argv else None
             return CommandResult(0, self.sim.squeue_json(only), "")
         if argv[0] == "sinfo":
             return CommandResult(0, json.dumps({"errors": [], "nodes": []}), "")

@@ -303,3 +303,24 @@ async def test_a_poke_during_a_long_pass_is_read_at_once_and_the_stale_listing_l
     assert {h.line_no for h in observed[0].hits} == {2}
     assert len(temporal.started) == 70  # every other job observed by the pass as before
     assert len(state.jobs) == 70 and all(w.missing_polls == 0 for w in state.jobs.values())
+
+
+async def test_full_passes_share_a_listing_up_to_half_an_interval_old(monkeypatch) -> None:
+    """Four shards' passes drift apart; at 10,000 jobs each decoding its own 39 MB listing was a third of the
+    watch's time. Within `max_age_s` they share one query; a shard never gets the same listing twice."""
+    from activities import watch as watch_mod
+
+    now = [100.0]
+    monkeypatch.setattr(watch_mod.time, "monotonic", lambda: now[0])
+    listing = Listing([])
+    shared = watch_mod._SharedListing(listing, reuse_s=1.0)
+    await shared.get(0, max_age_s=7.5)
+    now[0] += 5.0
+    await shared.get(1, max_age_s=7.5)
+    await shared.get(2, max_age_s=7.5)
+    assert listing.calls == 1
+    await shared.get(0, max_age_s=7.5)  # shard 0 had that one: a new query
+    assert listing.calls == 2
+    now[0] += 5.0
+    await shared.get(3)  # 5 s later without a max age (a poke's poll): the one-second window only
+    assert listing.calls == 3
