@@ -786,7 +786,7 @@ _DUMP_TASK = re.compile(r"(?i)\btask[ =:#]{0,2}([0-9]{1,6})")
 _HVD_LIST = re.compile(r"\[(missing|ready) ranks: ?([0-9][0-9, ]{0,4000})\]")
 _HVD_ROW = re.compile(r"\[(?:missing|ready) ranks: ?[0-9]")  # a 'Stalled ops:' row: 'TENSOR [ready ranks: 3, 0]'
 _LONG_BUS = re.compile(r"[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9]")  # nvidia-smi's spelling of a bus id
-_RESUMED = re.compile(r"(?i)\bretrying \(?[0-9]{1,3} ?(/|of) ?[0-9]{1,3}\b|\b(restor|resum)(ing|ed) (training )?(from )?(the )?(latest |last )?checkpoint|restarting (the )?worker group")
+_RESUMED = re.compile(r"(?i)\bretrying \(?[0-9]{1,3} ?(/|of) ?[0-9]{1,3}\b|\b(restor|resum)(ing|ed) (training )?(from )?(the )?(latest |last )?checkpoint|(restarting|will restart) (the )?worker group")
 _PREVIOUS_XID = re.compile(r"caused by previous Xid ([0-9]{1,4})")
 PCI = re.compile(r"(?<![0-9A-Fa-f:])((?:[0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9])?(?![0-9A-Fa-f:])")
 

@@ -9,6 +9,8 @@
   it: when the survivors' NCCL links all lost one address, that node failed.
 - A node whose container runtime cannot start the tasks' containers (pyxis 'container start failed', the NVIDIA
   container hook's ldcache error) while the others started theirs is that node's failure; on every node, no node's.
+- torchelastic's own retry ('Worker group FAILED. 3/3 attempts left; will restart worker group') followed by
+  growing steps: a running job that recovered.
 """
 
 from __future__ import annotations
@@ -72,3 +74,8 @@ def test_containers_failing_on_every_node_blame_none(tmp_path):
     v = BENCH.run_case(log, side, catalogue=CATALOGUE)
     assert v.category == Category.NODE_FAILURE
     assert v.implicated.hosts == []
+
+
+def test_a_worker_group_torchelastic_restarted_and_that_trains_again_is_fine():
+    v = verdict_of("none-torchelastic-restart-after-store-connect-timeout-recovers-e7a19")
+    assert v.category == Category.NONE
