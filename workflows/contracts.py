@@ -159,6 +159,16 @@ class TaskLayout(Contract):
     tasks_per_node: list[int] = Field(default_factory=list)
     distribution: str = "block"
 
+    def global_rank(self, node: str, local_rank: int) -> int | None:
+        """The global rank of `node`'s `local_rank`-th task (block order only), or None when unknown."""
+        counts = self.tasks_per_node or []
+        if self.distribution.startswith("cyclic") or len(counts) != len(self.nodes) or node not in self.nodes:
+            return None
+        i = self.nodes.index(node)
+        if not 0 <= local_rank < counts[i]:
+            return None
+        return sum(counts[:i]) + local_rank
+
     def node_of_rank(self, rank: int) -> str | None:
         """The node that runs global rank `rank`, or None when unknown."""
         if rank < 0 or not self.nodes:

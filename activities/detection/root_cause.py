@@ -118,6 +118,13 @@ def choose_root_cause(b: SignalBuilder, evidence: JobEvidence) -> Choice:
     # 5. NCCL timeouts (they say who is waiting on whom), then hangs of the watchdog itself
     timeouts = [s for s in causes if s.category == Category.NCCL_TIMEOUT]
     if timeouts and not (sched[Category.TIME_LIMIT] and evidence.hang_suspected):
+        first_timeout = min((s.line_no for s in timeouts if s.line_no is not None), default=None)
+        killed = [s for s in sigs if s.pattern_id == "process_sigkill" and s.source == "log" and s.line_no is not None
+                  and first_timeout is not None and s.line_no < first_timeout]
+        if killed:
+            # a process SIGKILLed (the OOM killer, most often) before the collectives timed out: they waited for it
+            return Choice(Category.HOST_OOM, killed, 0.6, why=(
+                "a process was SIGKILLed before the others' collectives timed out; they were waiting for it"))
         choice = _nccl_timeout_choice(b, timeouts, evidence)
         if job is not None and job.state == JobState.RUNNING and not log_failed:
             # the collective timed out and nothing ended the job (the watchdog did not abort it): it hangs
@@ -229,8 +236,14 @@ def survived(b: SignalBuilder, choice: Choice, evidence: JobEvidence) -> bool:
         return False
     if job is None or job.state != JobState.RUNNING or (job.exit_code or 0) != 0:
         return False
-    if any(s.condemns or s.source != "log" for s in choice.signals):
+    flaps = [s for s in choice.signals if b.link_came_back(s)]
+    if any((s.condemns or s.source != "log") and s not in flaps for s in choice.signals):
         return False
+    if flaps:
+        # a NIC link that went down and came up again (the kernel says so): training going on since the first
+        # error line (the kernel's lines are often pasted below the job's own) says the job rode it out
+        first = min(s.line_no or 0 for s in b.signals if s.category == choice.category and s.source == "log")
+        return b.progressed_after(first, lines=SURVIVED_PROGRESS_LINES)
     last = max(s.line_no or 0 for s in choice.signals)
     if b.progressed_after(last, lines=SURVIVED_PROGRESS_LINES):
         return True

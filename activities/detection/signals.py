@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from activities.detection import fallback
 from activities.detection.catalogue import Catalogue, PatternSpec
@@ -387,6 +387,15 @@ class SignalBuilder:
                 seen.append(sample.iteration)
         return len(seen) >= lines and seen[-1] > seen[0]
 
+    def link_came_back(self, sig: Signal) -> bool:
+        """`sig` is a NIC link going down ('mlx5_core 0000:b1:00.1 eth1: Link down') and a later line says the same
+        device is up again ('... eth1: Link up'): a flap, not a dead link."""
+        m = _LINK_DOWN.search(sig.text or sig.line) if sig.line_no is not None else None
+        if m is None:
+            return False
+        up = f"{m.group(1)}: Link up"
+        return any(n > (sig.line_no or 0) and up in line for n, line in self.lines)
+
     def resumed_after(self, line_no: int) -> bool:
         """A line after `line_no` says the job's own retry loop starts training again (Ray Train's and Tune's
         FailureConfig, an elastic agent's restart, a script's retry): 'retrying 1/3', 'Restoring checkpoint',
@@ -511,6 +520,8 @@ class SignalBuilder:
                 continue
             ctx = parse_context(line[:MAX_LINE], known_hosts=self.spellings)
             report = launcher_report(line_no, ctx.text)
+            if report is not None and report.host is None and ctx.host and report.launcher == "deepspeed":
+                report = replace(report, host=ctx.host)  # pdsh's 'HOST: ' prefix: the node whose worker it was
             if report is not None:
                 self.launches.append(report)
                 if report.launcher == "deepspeed":
@@ -568,7 +579,10 @@ class SignalBuilder:
             if report.launcher == "srun" and not self.tasks_are_ranks():
                 ranks = []
             elif report.local and len(self.job_hosts) > 1:
-                ranks = []  # a local rank on one of several nodes: which node's is not said
+                # a local rank on one of several nodes: its global rank where the launcher's prefix names the node
+                # and the layout places it (DeepSpeed's pdsh 'HOST: ... --local_rank=2 ... exits with return code')
+                placed = [self.layout.global_rank(host, r) if self.layout is not None and host else None for r in ranks]
+                ranks = [r for r in placed if r is not None] if None not in placed else []
             return host, ranks
         return None
 
@@ -786,6 +800,7 @@ _DUMP_TASK = re.compile(r"(?i)\btask[ =:#]{0,2}([0-9]{1,6})")
 _HVD_LIST = re.compile(r"\[(missing|ready) ranks: ?([0-9][0-9, ]{0,4000})\]")
 _HVD_ROW = re.compile(r"\[(?:missing|ready) ranks: ?[0-9]")  # a 'Stalled ops:' row: 'TENSOR [ready ranks: 3, 0]'
 _LONG_BUS = re.compile(r"[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9]")  # nvidia-smi's spelling of a bus id
+_LINK_DOWN = re.compile(r"mlx5_core [0-9a-f:.]{7,16} ([A-Za-z0-9_.-]{1,20}): Link down")
 _RESUMED = re.compile(r"(?i)\bretrying \(?[0-9]{1,3} ?(/|of) ?[0-9]{1,3}\b|\b(restor|resum)(ing|ed) (training )?(from )?(the )?(latest |last )?checkpoint|(restarting|will restart) (the )?worker group")
 _PREVIOUS_XID = re.compile(r"caused by previous Xid ([0-9]{1,4})")
 PCI = re.compile(r"(?<![0-9A-Fa-f:])((?:[0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9])?(?![0-9A-Fa-f:])")

@@ -11,6 +11,14 @@
   container hook's ldcache error) while the others started theirs is that node's failure; on every node, no node's.
 - torchelastic's own retry ('Worker group FAILED. 3/3 attempts left; will restart worker group') followed by
   growing steps: a running job that recovered.
+- A process SIGKILLed (DeepSpeed's 'exits with return code = -9', most often the OOM killer) before the others'
+  collectives timed out is what they waited for: host_oom; the launcher's pdsh prefix names the node of its
+  --local_rank, and the layout gives the global rank.
+- Slurm refusing to create a step for what it asks ('Unable to create step for job N: Memory required by task is
+  not available') is the submission's: app_error, no node.
+- A NIC link that went down and came up again ('mlx5_core ... eth1: Link down', then '... eth1: Link up') in a
+  running job whose steps grow since the first link error is a flap the job rode out (the kernel's lines pasted
+  below the job's own); without the 'Link up' it stays an interconnect fault.
 """
 
 from __future__ import annotations
@@ -79,3 +87,34 @@ def test_containers_failing_on_every_node_blame_none(tmp_path):
 def test_a_worker_group_torchelastic_restarted_and_that_trains_again_is_fine():
     v = verdict_of("none-torchelastic-restart-after-store-connect-timeout-recovers-e7a19")
     assert v.category == Category.NONE
+
+
+def test_a_worker_sigkilled_before_the_timeouts_is_the_cause_and_its_rank_is_placed():
+    """Before: nccl_timeout on hgpu2057. Rank 10 = hgpu2057 (the second of three 8-task nodes) local rank 2."""
+    v = verdict_of("host_oom-pdsh-zero3-offload-rank10-sigkill-others-timeout-e7a14")
+    assert v.category == Category.HOST_OOM
+    assert (v.implicated.hosts, v.implicated.ranks) == ([], [10])
+
+
+def test_a_step_slurm_refuses_to_create_is_the_submissions():
+    """Before: unknown."""
+    v = verdict_of("app_error-srun-step-creation-disabled-memory-not-available-eval-step-e7c25")
+    assert v.category == Category.APP_ERROR
+    assert v.implicated.hosts == []
+
+
+def test_a_link_flap_that_came_back_while_training_goes_on_is_fine():
+    v = verdict_of("none-mlx5-single-link-flap-recovered-training-continues-e7b23")
+    assert v.category == Category.NONE
+
+
+def test_a_link_that_stays_down_is_still_the_nodes_fault(tmp_path):
+    from tests.detection.real_cases import BENCH, CATALOGUE, TUNE, sidecar
+
+    name = "none-mlx5-single-link-flap-recovered-training-continues-e7b23"
+    text = "\n".join(line for line in (TUNE / f"{name}.log").read_text().splitlines() if "Link up" not in line)
+    log = tmp_path / f"{name}.log"
+    log.write_text(text + "\n")
+    v = BENCH.run_case(log, sidecar(name), catalogue=CATALOGUE)
+    assert v.category == Category.INTERCONNECT
+    assert v.implicated.hosts == ["roce-g03"]
