@@ -86,6 +86,7 @@ class PollWaker:
         self._failures_in_row = 0
         self._full_due: float | None = None  # when the next full pass is due
         self._next_look = 0.0  # when a pass in progress may ask for pokes again
+        self._look: asyncio.Future[list[WatchPoke]] | None = None  # that question, while it runs beside the pass
         self._full_again = False  # a poke taken during a full pass named nodes: one more full pass at once
         self.handover_asked = False  # the workflow wants the state back, to continue as new with it
         # after `wait`: the job ids the next poll is for, or None for a full pass over every job
@@ -106,6 +107,12 @@ class PollWaker:
         if self.targets is None or self._full_due is None:  # the poll just made was a full pass
             self._full_due = now + interval_s
         self.targets = None
+        if self._look is not None:  # the pass ended while its last look was out: its answer is the first here
+            pokes, self._look = await self._look, None
+            named = self._taken(pokes)
+            if named and not self._full_again:
+                self.targets = named
+                return pokes
         if self._full_again:
             self._full_again = False
             return []
@@ -127,14 +134,20 @@ class PollWaker:
         return []
 
     async def poked(self) -> set[str]:
-        """During a full pass: the jobs pokes named since the last look (at most every `CHECK_EVERY_S`), to be read
-        at once; a poke naming nodes asks for another full pass right after this one (its listing may predate
-        the node's fall)."""
+        """During a full pass: the jobs pokes named since the last look, to be read at once. The look itself (a
+        query of the watch workflow, slow when its worker is busy) runs beside the pass, started at most every
+        `CHECK_EVERY_S`; its answer is taken on a later call. A poke naming nodes asks for another full pass right
+        after this one (its listing may predate the node's fall)."""
+        if self._look is not None and self._look.done():
+            pokes, self._look = self._look.result(), None
+            return self._taken(pokes)
         now = self._monotonic()
-        if now < self._next_look:
-            return set()
-        self._next_look = now + self._check_every_s
-        pokes = await self._new_pokes()
+        if self._look is None and now >= self._next_look:
+            self._next_look = now + self._check_every_s
+            self._look = asyncio.ensure_future(self._new_pokes())
+        return set()
+
+    def _taken(self, pokes: list[WatchPoke]) -> set[str]:
         named = _named_jobs(pokes) if pokes else set()
         if named is None:
             self._full_again = True

@@ -169,18 +169,44 @@ async def test_a_handover_request_ends_the_wait(clock: Clock) -> None:
     assert clock.t <= 1002.5
 
 
+async def _yield() -> None:
+    """Let other tasks run once (asyncio.sleep is the test clock's here, which does not yield)."""
+    loop = watch_wake.asyncio.get_running_loop()
+    done = loop.create_future()
+    loop.call_soon(done.set_result, None)
+    await done
+
+
 async def test_during_a_pass_pokes_are_taken_at_most_twice_a_second_and_a_node_poke_asks_another_pass(
     clock: Clock,
 ) -> None:
+    """The look runs beside the pass (a busy workflow worker answers slowly): its answer comes on a later call."""
     node_down = WatchPoke(source="node-down", nodes=["gpu07"], sent_at=NOW, job_ids=["9"])
     watch = Watch(clock, schedule=[(1000.0, poke("7")), (1000.2, poke("8")), (1001.0, node_down)])
     w = waker(clock, watch)
-    assert await w.poked() == {"7"}
+
+    async def between_batches() -> set[str]:
+        got = await w.poked()
+        await _yield()  # the pass goes on; the look's task runs meanwhile
+        return got
+
+    assert await between_batches() == set()  # asked
+    assert await between_batches() == {"7"}  # answered
     clock.t = 1000.3
-    assert await w.poked() == set() and watch.asked == 1  # asked again only after CHECK_EVERY_S
+    assert await between_batches() == set() and watch.asked == 1  # asked again only after CHECK_EVERY_S
     clock.t = 1000.6
-    assert await w.poked() == {"8"}
+    assert await between_batches() == set()
+    assert await between_batches() == {"8"}
     clock.t = 1001.2
-    assert await w.poked() == {"9"}  # the node's jobs it names are read now; the rest wait for ...
+    assert await between_batches() == set()
+    assert await between_batches() == {"9"}  # the node's jobs it names are read now; the rest wait for ...
     t = clock.t
     assert await w.wait(state(), 15.0) == [] and w.targets is None and clock.t == t  # ... a full pass at once
+
+
+async def test_a_look_still_out_when_the_pass_ends_is_answered_first(clock: Clock) -> None:
+    watch = Watch(clock, schedule=[(1000.0, poke("7"))])
+    w = waker(clock, watch)
+    assert await w.poked() == set()  # asked; the pass ends before the answer is taken
+    woke = await w.wait(state(), 15.0)
+    assert [p.job_ids for p in woke] == [["7"]] and w.targets == {"7"} and clock.t == 1000.0
