@@ -29,3 +29,11 @@ def sidecar(name: str) -> dict:
 def verdict_of(name: str, *, log_only: bool = False):
     """The verdict on tune case `name`, with the job's Slurm facts (or, `log_only`, the log alone)."""
     return BENCH.run_case(TUNE / f"{name}.log", sidecar(name), catalogue=CATALOGUE, log_only=log_only)
+
+
+def verdict_of_edited(name: str, edit, tmp_path: Path, *, side: dict | None = None):
+    """The verdict on tune case `name` with its log text passed through `edit` (a variant a test needs: a line
+    taken out, an id changed), judged against its own sidecar or `side`."""
+    log = tmp_path / f"{name}.log"
+    log.write_text(edit((TUNE / f"{name}.log").read_text()))
+    return BENCH.run_case(log, side if side is not None else sidecar(name), catalogue=CATALOGUE)

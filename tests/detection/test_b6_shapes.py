@@ -30,7 +30,7 @@ from __future__ import annotations
 from activities.detection.gpu_inventory import GpuRow, inventory_row
 from workflows.contracts import Category
 
-from tests.detection.real_cases import verdict_of
+from tests.detection.real_cases import verdict_of, verdict_of_edited
 
 
 def test_an_nfs_server_not_responding_on_one_node_is_that_nodes_mount():
@@ -120,13 +120,8 @@ def test_horovod_missing_ranks_of_one_whole_node_blame_it():
 
 def test_horovod_missing_ranks_across_nodes_single_out_nobody(tmp_path):
     """The same report with ranks 3-6 missing (two nodes' ranks, half the world): no suspect set."""
-    from tests.detection.real_cases import BENCH, CATALOGUE, TUNE, sidecar
-
-    name = "hang-horovod-stall-missing-ranks-one-node-e6b12"
-    text = (TUNE / f"{name}.log").read_text().replace("[0] 7: [", "[0] 3: [")
-    log = tmp_path / f"{name}.log"
-    log.write_text(text)
-    v = BENCH.run_case(log, sidecar(name), catalogue=CATALOGUE)
+    v = verdict_of_edited("hang-horovod-stall-missing-ranks-one-node-e6b12",
+                          lambda text: text.replace("[0] 7: [", "[0] 3: ["), tmp_path)
     assert v.implicated.hosts == []
 
 
@@ -151,14 +146,12 @@ def test_a_running_job_that_retried_and_trains_again_is_fine():
 
 
 def test_without_the_retry_words_two_progress_lines_do_not_clear_the_error(tmp_path):
-    from tests.detection.real_cases import BENCH, CATALOGUE, TUNE, sidecar
-
-    name = "none-ray-spot-actor-lost-socket-closed-retry-resumes-e6c18"
-    text = (TUNE / f"{name}.log").read_text()
-    text = text.replace("Training failed, retrying 1/3", "Training failed").replace("Restoring checkpoint", "Loading")
-    log = tmp_path / f"{name}.log"
-    log.write_text(text)
-    v = BENCH.run_case(log, sidecar(name), catalogue=CATALOGUE)
+    v = verdict_of_edited(
+        "none-ray-spot-actor-lost-socket-closed-retry-resumes-e6c18",
+        lambda text: text.replace("Training failed, retrying 1/3", "Training failed").replace(
+            "Restoring checkpoint", "Loading"),
+        tmp_path,
+    )
     assert v.category != Category.NONE
 
 

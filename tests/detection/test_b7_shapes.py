@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from workflows.contracts import Category
 
-from tests.detection.real_cases import verdict_of
+from tests.detection.real_cases import verdict_of, verdict_of_edited
 
 
 def test_nvme_write_errors_in_dmesg_blame_that_nodes_disk():
@@ -109,12 +109,10 @@ def test_a_link_flap_that_came_back_while_training_goes_on_is_fine():
 
 
 def test_a_link_that_stays_down_is_still_the_nodes_fault(tmp_path):
-    from tests.detection.real_cases import BENCH, CATALOGUE, TUNE, sidecar
-
-    name = "none-mlx5-single-link-flap-recovered-training-continues-e7b23"
-    text = "\n".join(line for line in (TUNE / f"{name}.log").read_text().splitlines() if "Link up" not in line)
-    log = tmp_path / f"{name}.log"
-    log.write_text(text + "\n")
-    v = BENCH.run_case(log, sidecar(name), catalogue=CATALOGUE)
+    v = verdict_of_edited(
+        "none-mlx5-single-link-flap-recovered-training-continues-e7b23",
+        lambda text: "".join(line for line in text.splitlines(keepends=True) if "Link up" not in line),
+        tmp_path,
+    )
     assert v.category == Category.INTERCONNECT
     assert v.implicated.hosts == ["roce-g03"]
