@@ -119,11 +119,11 @@ def choose_root_cause(b: SignalBuilder, evidence: JobEvidence) -> Choice:
     timeouts = [s for s in causes if s.category == Category.NCCL_TIMEOUT]
     if timeouts and not (sched[Category.TIME_LIMIT] and evidence.hang_suspected):
         first_timeout = min((s.line_no for s in timeouts if s.line_no is not None), default=None)
-        killed = [s for s in sigs if s.pattern_id == "process_sigkill" and s.source == "log" and s.line_no is not None
-                  and first_timeout is not None and s.line_no < first_timeout]
-        if killed:
+        sigkilled = [s for s in sigs if s.pattern_id == "process_sigkill" and s.source == "log"
+                     and s.line_no is not None and first_timeout is not None and s.line_no < first_timeout]
+        if sigkilled:
             # a process SIGKILLed (the OOM killer, most often) before the collectives timed out: they waited for it
-            return Choice(Category.HOST_OOM, killed, 0.6, why=(
+            return Choice(Category.HOST_OOM, sigkilled, 0.6, why=(
                 "a process was SIGKILLed before the others' collectives timed out; they were waiting for it"))
         choice = _nccl_timeout_choice(b, timeouts, evidence)
         if job is not None and job.state == JobState.RUNNING and not log_failed:
