@@ -111,6 +111,7 @@ KEEP_TIMINGS = 256  # per-rank timings kept per job during a slow run (in its st
 JOBS_AT_ONCE = 32  # jobs of one pass handled concurrently
 LISTING_REUSE_S = 1.0  # shards of one worker polling within this long of each other share one scheduler query
 LISTING_SHARE = 0.5  # ... or within this share of the poll interval, for a full pass (pokes read their jobs anew)
+READ_ALONE_KEEP_S = 120.0  # a poke's read of a job outranks listings taken before it; remembered this long
 # routine observations (a job first seen running, progress, a checkpoint) are sent only while the pass has used
 # less than this share of its interval; later ones wait for the next pass (see poll_once)
 ROUTINE_SHARE = 0.5
@@ -156,7 +157,8 @@ class _SharedListing:
         self._taken: set[int] = set()  # shards that had the last listing
         self.queries = 0
 
-    async def get(self, shard: int = 0, *, max_age_s: float = 0.0) -> SqueueListing:
+    async def get(self, shard: int = 0, *, max_age_s: float = 0.0) -> tuple[SqueueListing, float]:
+        """A listing for `shard`, and when it was taken (time.monotonic())."""
         async with self._lock:
             if (
                 self._last is not None
@@ -164,15 +166,16 @@ class _SharedListing:
                 and time.monotonic() - self._last[0] < max(self._reuse_s, max_age_s)
             ):
                 self._taken.add(shard)
-                return self._last[1]
+                return self._last[1], self._last[0]
             listing = getattr(self._slurm, "listing", None)  # the Slurm client also says what it skipped
             if listing is not None:
                 result = await listing(opted_in_only=True)
             else:
                 result = SqueueListing(jobs=await self._slurm.list_jobs(opted_in_only=True), skipped=[])
             self.queries += 1
-            self._last, self._taken = (time.monotonic(), result), {shard}
-            return result
+            taken_at = time.monotonic()
+            self._last, self._taken = (taken_at, result), {shard}
+            return result, taken_at
 
 
 class WatchedJob(BaseModel):
@@ -280,6 +283,7 @@ class WatchActivities:
         self._stats = stats
         self._state_store = state_store
         self._listing = _SharedListing(slurm, reuse_s=listing_reuse_s)
+        self._read_alone: dict[str, float] = {}  # job id -> when a poke's poll last read it (time.monotonic())
         self._comm_hang_ids = frozenset(
             p.id for p in load_catalogue().patterns if p.category.value in COMM_HANG_CATEGORIES and not p.benign
         )
@@ -352,7 +356,7 @@ class WatchActivities:
         pass takes longer than the interval, and a job ending at its start waited for its end (detection 22 s).
         """
         now = self._clock()
-        listing = await self._listing.get(shard, max_age_s=listing_age_s)
+        listing, listed_at = await self._listing.get(shard, max_age_s=listing_age_s)
         jobs = listing.jobs
         state.polls += 1
         await self._report_malformed(state, listing.skipped, now, shard=shard)
@@ -365,7 +369,10 @@ class WatchActivities:
 
         mine = [j for j in jobs if shards == 1 or shard_of(j.job_id, shards) == shard]
         beat = started
-        fresher: set[str] = set()  # jobs a poke had read mid-pass: the listing's records of them are older
+        # jobs a poke's poll read after this listing was taken (mid-pass, or before a pass on a shared listing):
+        # the listing's records of them are older than what was observed
+        self._read_alone = {j: t for j, t in self._read_alone.items() if time.monotonic() - t < READ_ALONE_KEEP_S}
+        fresher = {j for j, t in self._read_alone.items() if t > listed_at}
 
         async def between_batches() -> None:
             nonlocal beat
@@ -416,7 +423,9 @@ class WatchActivities:
         next full pass's (which stays on its interval)."""
         now = self._clock()
         mine = {j for j in job_ids if shards == 1 or shard_of(j, shards) == shard}
+        read_at = time.monotonic()
         jobs = await self._read_named(mine)
+        self._read_alone.update((j.job_id, read_at) for j in jobs)
         signalled: set[str] = set()
         sent = await self._poll_jobs(state, jobs, jobs, now, listed=set(), signalled=signalled)
         if keeper is not None:

@@ -314,13 +314,36 @@ async def test_full_passes_share_a_listing_up_to_half_an_interval_old(monkeypatc
     monkeypatch.setattr(watch_mod.time, "monotonic", lambda: now[0])
     listing = Listing([])
     shared = watch_mod._SharedListing(listing, reuse_s=1.0)
-    await shared.get(0, max_age_s=7.5)
+    _, taken = await shared.get(0, max_age_s=7.5)
     now[0] += 5.0
     await shared.get(1, max_age_s=7.5)
-    await shared.get(2, max_age_s=7.5)
+    assert (await shared.get(2, max_age_s=7.5))[1] == taken == 100.0  # the listing's own time, not the ask's
     assert listing.calls == 1
     await shared.get(0, max_age_s=7.5)  # shard 0 had that one: a new query
     assert listing.calls == 2
     now[0] += 5.0
     await shared.get(3)  # 5 s later without a max age (a poke's poll): the one-second window only
     assert listing.calls == 3
+
+
+async def test_a_job_a_poke_read_is_not_observed_again_from_an_older_shared_listing(tmp_path: Path, screen) -> None:
+    """Shard 0 takes the listing (the job RUNNING); the job ends and its poke is read on its own (FAILED); shard 1's
+    pass then shares shard 0's listing, older than that read: it must not report the job RUNNING again."""
+    jobs = []
+    for i in range(8):
+        out = tmp_path / f"out-{i}.txt"
+        write(out, ["iteration 1/1000 | loss 2.0"])
+        jobs.append(job(str(200 + i), out))
+    target = next(j for j in jobs if shard_of(j.job_id, 2) == 1)
+    ended = target.model_copy(update={"state": JobState.FAILED, "exit_code": 1})
+    listing = PokedListing(jobs, now={ended.job_id: ended})
+    temporal = Temporal()
+    watch = make(listing, temporal, screen, RecordingAudit(), None)
+    states = [WatchState(), WatchState()]
+    await watch.poll_once(states[0], shard=0, shards=2, listing_age_s=7.5)
+    await watch.poll_jobs(states[1], {ended.job_id}, shard=1, shards=2)
+    await watch.poll_once(states[1], shard=1, shards=2, listing_age_s=7.5)
+    assert listing.calls == 1  # shard 1's pass shared shard 0's listing
+    observed = [obs.job.state for _, args in temporal.started for obs in args if obs.job.job_id == ended.job_id]
+    assert observed == [JobState.FAILED]
+    assert all(w.missing_polls == 0 for w in states[1].jobs.values())
