@@ -57,11 +57,6 @@ def implicate(
             xid_hosts |= erring  # the error text itself points to the device
         hosts |= erring & xid_hosts
     if cat == Category.DATA_IO and not hosts:
-        # the kernel's word that a node's own disk fails (NVMe I/O errors, XFS corruption on a local device)
-        disk = {s.host for s in b.signals if s.pattern_id == "local_disk_io_error" and s.host}
-        if len(disk) == 1:
-            hosts |= disk
-    if cat == Category.DATA_IO and not hosts:
         hosts |= _local_mount(sigs, b)
     if cat == Category.DATA_IO and not hosts:
         hosts |= _lost_client(sigs, b)
@@ -360,7 +355,11 @@ def _failed_node(b: SignalBuilder) -> set[str]:
 def _local_mount(sigs: list[Signal], b: SignalBuilder) -> set[str]:
     """The node whose own disk failed: storage errors on a node-local path (local scratch, /tmp,
     NVMe, RAID) seen on exactly one node. A shared file system's errors (stale NFS handles, EIO on
-    Lustre/GPFS, a full project quota) are the storage's problem, not a node's, wherever they show."""
+    Lustre/GPFS, a full project quota) are the storage's problem, not a node's, wherever they show. The kernel's
+    own word that one node's disk fails (NVMe I/O errors, XFS corruption on a local device) names it first."""
+    disk = {s.host for s in b.signals if s.pattern_id == "local_disk_io_error" and s.host}
+    if len(disk) == 1:
+        return disk
     mount = [s for s in sigs if s.pattern_id in _MOUNT_ERRORS and _NODE_LOCAL_PATH.search(s.text or s.line)]
     seen = {s.host for s in mount if s.host}
     root = b.elastic_root()

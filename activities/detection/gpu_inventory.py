@@ -39,12 +39,15 @@ def inventory_row(text: str) -> GpuRow | None:
         index, bus = _DCGM_INDEX.search(text), _DCGM_BUS.search(text)
         if index and bus:
             host = _DCGM_HOST.search(text)
-            return GpuRow(int(index.group(1)), _pci(bus.group(1)), host.group(1) if host else None)
+            return GpuRow(int(index.group(1)), norm_pci(bus.group(1)), host.group(1) if host else None)
         return None
     m = _SMI_TABLE.match(text) or _SMI_CSV.match(text)
-    return GpuRow(int(m.group(1)), _pci(m.group(2))) if m else None
+    return GpuRow(int(m.group(1)), norm_pci(m.group(2))) if m else None
 
 
-def _pci(bus: str) -> str:
-    """`00000000:9B:00` -> `0000:9b:00`."""
-    return bus.lower()[4:]
+def norm_pci(pci: str) -> str:
+    """`00000000:3B:00.0` -> `0000:3b:00`: one spelling per GPU whatever tool printed it."""
+    parts = pci.lower().split(".")[0].split(":")
+    if len(parts) == 3 and len(parts[0]) == 8:
+        parts[0] = parts[0][4:]
+    return ":".join(parts)

@@ -118,9 +118,9 @@ def choose_root_cause(b: SignalBuilder, evidence: JobEvidence) -> Choice:
     # 5. NCCL timeouts (they say who is waiting on whom), then hangs of the watchdog itself
     timeouts = [s for s in causes if s.category == Category.NCCL_TIMEOUT]
     if timeouts and not (sched[Category.TIME_LIMIT] and evidence.hang_suspected):
-        first_timeout = min((s.line_no for s in timeouts if s.line_no is not None), default=None)
+        first_timeout = min((s.line_no for s in timeouts if s.line_no is not None), default=-1)
         sigkilled = [s for s in sigs if s.pattern_id == "process_sigkill" and s.source == "log"
-                     and s.line_no is not None and first_timeout is not None and s.line_no < first_timeout]
+                     and s.line_no is not None and s.line_no < first_timeout]
         if sigkilled:
             # a process SIGKILLed (the OOM killer, most often) before the collectives timed out: they waited for it
             return Choice(Category.HOST_OOM, sigkilled, 0.6, why=(

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from activities.detection import fallback
 from activities.detection.catalogue import Catalogue, PatternSpec
-from activities.detection.gpu_inventory import GpuRow, inventory_row
+from activities.detection.gpu_inventory import GpuRow, inventory_row, norm_pci
 from activities.detection.hosts import NodeMap, mentioned_ips
 from activities.detection.launchers import (
     LauncherReport,
@@ -636,9 +636,9 @@ class SignalBuilder:
 
     def bus_spelling(self, ref: str) -> str:
         """`host:5` -> `host:0000:9b:00` where an inventory row of that host says so; any other ref as it is."""
-        host, _, index = ref.rpartition(":")
-        if not self.gpu_bus or not index.isdigit() or not host or ":" in host:
+        if not self.gpu_bus or not _index_gpu(ref) or ":" not in ref:
             return ref
+        host, _, index = ref.rpartition(":")
         found = self.gpu_bus.get((host, int(index)))
         return f"{host}:{found}" if found else ref
 
@@ -805,13 +805,6 @@ _RESUMED = re.compile(r"(?i)\bretrying \(?[0-9]{1,3} ?(/|of) ?[0-9]{1,3}\b|\b(re
 _PREVIOUS_XID = re.compile(r"caused by previous Xid ([0-9]{1,4})")
 PCI = re.compile(r"(?<![0-9A-Fa-f:])((?:[0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9])?(?![0-9A-Fa-f:])")
 
-
-def norm_pci(pci: str) -> str:
-    """`00000000:3B:00.0` -> `0000:3b:00`: one spelling per GPU whatever tool printed it."""
-    parts = pci.lower().split(".")[0].split(":")
-    if len(parts) == 3 and len(parts[0]) == 8:
-        parts[0] = parts[0][4:]
-    return ":".join(parts)
 
 
 _DEVICE_CATEGORIES = {Category.GPU_HARDWARE, Category.CUDA_ERROR, Category.GPU_OOM, Category.NCCL_ERROR}
