@@ -369,17 +369,15 @@ class WatchActivities:
 
         mine = [j for j in jobs if shards == 1 or shard_of(j.job_id, shards) == shard]
         beat = started
-        # jobs a poke's poll read after this listing was taken (mid-pass, or before a pass on a shared listing):
-        # the listing's records of them are older than what was observed
+        # a poke's read newer than this listing (mid-pass, or before the pass on a shared listing) outranks the
+        # listing's record of that job (_poll_jobs); reads older than READ_ALONE_KEEP_S are forgotten
         self._read_alone = {j: t for j, t in self._read_alone.items() if time.monotonic() - t < READ_ALONE_KEEP_S}
-        fresher = {j for j, t in self._read_alone.items() if t > listed_at}
 
         async def between_batches() -> None:
             nonlocal beat
             targets = await poked() if poked is not None else set()
             if targets:
                 await self.poll_jobs(state, targets, shard=shard, shards=shards, keeper=keeper)
-                fresher.update(targets)
             if time.monotonic() - beat > HEARTBEAT_EVERY_S and activity.in_activity():
                 # a long poll must not look like a dead worker; what it signalled so far is saved
                 if keeper is not None:
@@ -389,7 +387,8 @@ class WatchActivities:
                 beat = time.monotonic()
 
         sent = await self._poll_jobs(state, mine, jobs, now, listed=listed, signalled=signalled,
-                                     routine_allowed=routine_allowed, between_batches=between_batches, fresher=fresher)
+                                     routine_allowed=routine_allowed, between_batches=between_batches,
+                                     listed_at=listed_at)
         for wid in [w for w in state.jobs if w not in listed]:
             watched = state.jobs[wid]
             watched.missing_polls += 1
@@ -435,11 +434,11 @@ class WatchActivities:
     async def _poll_jobs(
         self, state: WatchState, jobs: list[JobInfo], seen: list[JobInfo], now: datetime, *, listed: set[str],
         signalled: set[str], routine_allowed: Callable[[], bool] | None = None,
-        between_batches: Callable[[], Awaitable[None]] | None = None, fresher: set[str] | None = None,
+        between_batches: Callable[[], Awaitable[None]] | None = None, listed_at: float | None = None,
     ) -> list[JobObservation]:
         """Observe `jobs` (a shard's share of `seen`, which the cluster-wide failure view counts) and signal what
-        changed; returns the observations signalled. A job in `fresher` (read since `jobs` was listed) is only
-        marked as listed."""
+        changed; returns the observations signalled. A job a poke's poll read after `listed_at` (when `jobs` was
+        listed, time.monotonic()) is only marked as listed: that read is newer."""
         # the cluster-wide view covers the jobs this deployment watches (other deployments keep their own),
         # in every shard: a node that failed jobs of two shards is one node
         self._remember_failures(state, [j for j in seen if self._watched_environment(j)], now)
@@ -447,7 +446,7 @@ class WatchActivities:
 
         async def one(job: JobInfo) -> JobObservation | None:
             job.cluster = self._ctx.cluster
-            if fresher and job.job_id in fresher:
+            if listed_at is not None and self._read_alone.get(job.job_id, listed_at) > listed_at:
                 listed.update(w for w, watched in state.jobs.items() if watched.job_id == job.job_id)
                 return None
             try:
