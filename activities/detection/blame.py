@@ -148,14 +148,19 @@ def implicate(
     # a memory monitor naming the node that ran low ("Memory on the node (IP: ...)") singles it out among
     # the job's nodes; on a one-node job the job outgrew the node, and a cgroup limit (Slurm's oom-kill
     # events, "Exceeded job memory limit") is the job's own wherever it bit: neither blames a node
-    node_oom = cat == Category.HOST_OOM and len(b.job_hosts) > 1 and (any(
-        _NODE_MEMORY.search(s.text or s.line) for s in sigs if s.source == "log" and s.strong) or _one_node_oom(sigs, b))
+    oom_node = _one_node_oom(sigs, b) if cat == Category.HOST_OOM and len(b.job_hosts) > 1 else None
+    node_oom = cat == Category.HOST_OOM and len(b.job_hosts) > 1 and (oom_node is not None or any(
+        _NODE_MEMORY.search(s.text or s.line) for s in sigs if s.source == "log" and s.strong))
     if not hosts and (local_cause or node_oom):
         named = named_near(b, sigs)
         if len(named) == 1:
             hosts |= named
             choice.why = (choice.why + "; " if choice.why else "") + (
                 f"the failing lines name {next(iter(named))} and no other of the job's nodes")
+    if not hosts and oom_node is not None:
+        hosts.add(oom_node)  # the kernel's OOM lines were written on it (a syslog header, a launcher prefix)
+        choice.why = (choice.why + "; " if choice.why else "") + (
+            f"the kernel's OOM killer ran on {oom_node} and on no other of the job's nodes")
     if not hosts and ranks and len(b.job_hosts) > 1 and gpu_at_fault(cat, domain):
         # a device fault printed without a host ('call to cuCtxCreate returned error 214 (ECC_UNCORRECTABLE)')
         # by ranks the layout puts on one node: that node's GPU
@@ -329,15 +334,15 @@ _NODE_LOCAL_PATH = re.compile(r"['\" (](/(?:local|localscratch|lscratch|scratch/
 _DEVICE_CUDA_ERRORS = {"cuda_unknown_error"}  # "CUDA error: unknown error": usually a GPU that became unusable
 
 
-def _one_node_oom(sigs: list[Signal], b: SignalBuilder) -> bool:
-    """The kernel's OOM killer seen on exactly one node of several: that node ran out, the others did not; a
-    cgroup limit the job set for itself (Slurm's oom-kill events) is the job's wherever it bit, and a SIGKILL
-    alone says nothing of whose memory."""
+def _one_node_oom(sigs: list[Signal], b: SignalBuilder) -> str | None:
+    """The node of several where the kernel's OOM killer ran, when it ran on exactly one: that node ran out, the
+    others did not; a cgroup limit the job set for itself (Slurm's oom-kill events) is the job's wherever it
+    bit, and a SIGKILL alone says nothing of whose memory."""
     oom = [s for s in b.signals if s.category == Category.HOST_OOM and s.source == "log"]
     if any(_CGROUP_LIMIT.search(s.text or s.line) for s in oom):
-        return False
+        return None
     hosts = {s.host for s in oom if _KERNEL_OOM.search(s.text or s.line)}
-    return len(hosts) == 1 and None not in hosts and hosts < b.job_hosts
+    return next(iter(hosts)) if len(hosts) == 1 and None not in hosts and hosts < b.job_hosts else None
 
 
 def _failed_node(b: SignalBuilder) -> set[str]:

@@ -52,6 +52,11 @@ def choose_root_cause(b: SignalBuilder, evidence: JobEvidence) -> Choice:
 
     # 1. condemning hardware/node evidence
     condemning = [s for s in strong if s.condemns]
+    reclaimed = _reclaimed(strong, condemning)
+    if reclaimed:
+        return Choice(Category.PREEMPTED, reclaimed, 0.85, why=(
+            "the cloud's preemption notice came from the node the scheduler then lost: a reclaimed VM, not a "
+            "broken node"))
     if condemning:
         for cat in _CONDEMN_ORDER + tuple(Category):
             chosen = [s for s in condemning if s.category == cat]
@@ -125,6 +130,14 @@ def choose_root_cause(b: SignalBuilder, evidence: JobEvidence) -> Choice:
             # a process SIGKILLed (the OOM killer, most often) before the collectives timed out: they waited for it
             return Choice(Category.HOST_OOM, sigkilled, 0.6, why=(
                 "a process was SIGKILLed before the others' collectives timed out; they were waiting for it"))
+        odd = _transport_odd_one_out(b)
+        if odd is not None:
+            host, chose = odd
+            own = [s for s in timeouts if s.host == host]  # the others' timeouts wait on it: victims
+            return Choice(Category.INTERCONNECT, [chose, *own], 0.7, hosts=[host], victims=[
+                s for s in timeouts if s.host != host], why=(
+                f"{host} fell back to NCCL's {chose.fields.get('net', 'socket').strip()} transport while the "
+                "other nodes use their fabric: its HCA is missing or down, and the collectives waited on it"))
         choice = _nccl_timeout_choice(b, timeouts, evidence)
         if job is not None and job.state == JobState.RUNNING and not log_failed:
             # the collective timed out and nothing ended the job (the watchdog did not abort it): it hangs
@@ -358,15 +371,17 @@ def _nccl_timeout_choice(b: SignalBuilder, timeouts: list[Signal], evidence: Job
     if len(set(known_seqs.values())) > 1:
         newest = max(known_seqs.values())
         suspects |= {r for r, q in known_seqs.items() if q < newest}
+    other_path: set[int] = set()
     if not suspects:
-        suspects |= _other_collective(timeouts)
+        other_path = _other_collective(timeouts)
+        suspects |= other_path
     if not suspects and len(reporters) >= 2 and max(reporters) < 65536:
         world = _world_size(evidence.job, reporters)
         silent = set(range(world)) - reporters
         if silent and len(silent) <= max(1, world // 4) and len(silent) < len(reporters):
             suspects |= silent
     hosts: set[str] = set()
-    for r in suspects:
+    for r in suspects - other_path:  # a rank in another collective took another code path: not its node's doing
         h = b.host_of_rank(r)
         if h and len(b.job_hosts) != 1:  # a one-node job's node holds the victims too: it singles nothing out
             hosts.add(h)
@@ -389,13 +404,22 @@ def _listed_ranks(text: str) -> set[int]:
     return {int(r) for r in re.findall(r"[0-9]{1,6}", text)}
 
 
+# collectives whose input is the same size on every rank: a rank that enters one with another size is the odd one
+_SAME_SIZE_OPS = {"ALLREDUCE", "BROADCAST", "ALLGATHER", "_ALLGATHER_BASE", "REDUCE_SCATTER", "_REDUCE_SCATTER_BASE",
+                  "REDUCE"}
+
+
 def _other_collective(timeouts: list[Signal]) -> set[int]:
     """Ranks that time out on the same collective number as the others but in another operation (a BROADCAST
-    where three or more wait in an ALLREDUCE): the program took another path there. Fewer than half, one op."""
+    where three or more wait in an ALLREDUCE), or in the same one with another input size (NumelIn=10 where the
+    others give 11): the program took another path there. Fewer than half, one op."""
     op_of: dict[int, tuple[str, str]] = {}
     for s in timeouts:
         if s.rank is not None and s.fields.get("op") and s.fields.get("seq") is not None:
-            op_of.setdefault(s.rank, (s.fields["seq"], s.fields["op"]))
+            op = s.fields["op"]
+            if op in _SAME_SIZE_OPS and s.fields.get("numel"):
+                op = f"{op} of {s.fields['numel']}"
+            op_of.setdefault(s.rank, (s.fields["seq"], op))
     if len(op_of) < 3 or len({seq for seq, _ in op_of.values()}) != 1:
         return set()
     by_op: dict[str, set[int]] = {}
@@ -416,4 +440,29 @@ def _world_size(job: JobInfo | None, reporters: set[int]) -> int:
         if job.num_tasks and job.num_tasks >= seen:
             return job.num_tasks
     return seen
+
+
+def _reclaimed(strong: list[Signal], condemning: list[Signal]) -> list[Signal]:
+    """The cloud's preemption notices for the node the job then lost: the cloud took the VM back (its name comes
+    back on a new VM), so the node failure that follows is the preemption's, unless hardware was condemned too."""
+    if any(s.category != Category.NODE_FAILURE for s in condemning):
+        return []
+    lost = {s.host for s in strong if s.category == Category.NODE_FAILURE and s.role == "scheduler" and s.host}
+    if not lost and not condemning:
+        return []
+    return [s for s in strong if s.pattern_id == "cloud_preemption_notice" and (
+        s.host is None or not lost or s.host in lost)]
+
+
+def _transport_odd_one_out(b: SignalBuilder) -> tuple[str, Signal] | None:
+    """The one node whose NCCL chose the socket transport while the job's other nodes chose a fabric (IB, a
+    network plugin), and the line that says so; None unless exactly one node is on Socket and another is not."""
+    chosen: dict[str, Signal] = {}
+    for s in b.signals:
+        if s.pattern_id == "nccl_network_chosen" and s.host and s.fields.get("net"):
+            chosen.setdefault(s.host, s)
+    socket = [h for h, s in chosen.items() if s.fields["net"].strip().lower().startswith("socket")]
+    if len(socket) != 1 or len(chosen) < 2:
+        return None
+    return socket[0], chosen[socket[0]]
 

@@ -92,7 +92,7 @@ def test_fields_must_have_groups(tmp_path):
         ("torch_nccl_watchdog_timeout",
          "[rank5]:[E1102 10:00:01.5 77 ProcessGroupNCCL.cpp:616] [Rank 5] Watchdog caught collective operation timeout: "
          "WorkNCCL(SeqNum=4411, OpType=_ALLGATHER_BASE, NumelIn=10, NumelOut=80, Timeout(ms)=600000) ran for 600321 milliseconds before timing out.",
-         {"rank": "5", "seq": "4411", "op": "_ALLGATHER_BASE", "timeout_ms": "600000"}),
+         {"rank": "5", "seq": "4411", "op": "_ALLGATHER_BASE", "numel": "10", "timeout_ms": "600000"}),
         ("torch_nccl_watchdog_timeout",
          "[E ProcessGroupNCCL.cpp:737] [Rank 2] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=BROADCAST, Timeout(ms)=1800000) ran for 1800410 milliseconds before timing out.",
          {"rank": "2", "seq": "9", "op": "BROADCAST", "timeout_ms": "1800000"}),
