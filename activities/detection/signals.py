@@ -67,6 +67,10 @@ class Signal:
 
 
 EXCEPTION_PATTERNS = {"python_exception", "python_exception_qualified"}
+# exceptions a DataLoader worker raises from the dataset's own code (its I/O errors are the data's: OSError, ...)
+_CODE_ERRORS = {"IndexError", "KeyError", "TypeError", "ValueError", "AttributeError", "NameError", "AssertionError",
+                "ZeroDivisionError", "NotImplementedError", "UnboundLocalError", "RecursionError", "ImportError",
+                "ModuleNotFoundError"}
 FALLBACK_PATTERNS = {"fallback_uncaught_exception", "fallback_fatal_signal", "fallback_unknown"}
 _GENERIC = EXCEPTION_PATTERNS | {"cuda_error_generic", "nccl_error_generic", "connection_reset_generic"}
 _STRUCTURE = {"python_traceback", "elastic_failure_field"}
@@ -288,6 +292,10 @@ class SignalBuilder:
             sig.note = f"exit code {fields['exit_code']}: the application asked not to be restarted"
         elif spec.id == "nvswitch_sxid" and fields.get("fatality") == "Fatal":
             return None  # nvswitch_sxid_fatal carries it
+        elif spec.id == "dataloader_worker_exception" and fields.get("exc_type", "").rsplit(".", 1)[-1] in _CODE_ERRORS:
+            # a worker's IndexError or KeyError is the dataset code's bug, not the data's storage
+            sig.category, sig.fault_domain = Category.APP_ERROR, FaultDomain.APPLICATION
+            sig.note = f"the DataLoader worker's {fields['exc_type']} is raised by the dataset's own code"
         elif spec.id == "dataloader_killed" and fields.get("signal", "").strip() == "Bus error":
             sig.note = "the worker died of SIGBUS: /dev/shm is too small for the DataLoader"
         return sig

@@ -10,6 +10,8 @@
 - A stall watchdog's own words ('no progress for 1740 s since step 10870') in a running job are a hang.
 - The kernel's network watchdog (mlx5's 'TX timeout detected', NETDEV WATCHDOG) condemns the node's NIC: a soft
   lockup that follows it in the NIC driver's poll loop is the interconnect's, not a node failure.
+- A DataLoader worker's IndexError, KeyError or TypeError ('Caught IndexError in DataLoader worker process 3') is the dataset
+  code's bug (app_error); its OSError stays data_io.
 - Every rank times out on the same all-reduce but one entered it with another size (NumelIn=10 where fifteen
   give 11): that rank took another code path; its node is not blamed.
 """
@@ -114,3 +116,18 @@ def test_equal_sizes_single_out_no_rank(tmp_path):
                           lambda t: t.replace("NumelIn=10, NumelOut=10", "NumelIn=11, NumelOut=11"), tmp_path)
     assert v.category == Category.NCCL_TIMEOUT
     assert 13 not in v.implicated.ranks
+
+
+def test_a_dataloader_workers_index_error_is_the_dataset_codes_bug():
+    """'Caught IndexError in DataLoader worker process 3': the user's dataset class, not the data's storage."""
+    v = verdict_of("app_error-horovod-tag-output-indexerror-rank5-f8c10")
+    assert v.category == Category.APP_ERROR
+    assert 5 in v.implicated.ranks
+
+
+def test_a_dataloader_workers_os_error_stays_data_io(tmp_path):
+    v = verdict_of_edited("app_error-horovod-tag-output-indexerror-rank5-f8c10",
+                          lambda t: t.replace("IndexError: Caught IndexError", "OSError: Caught OSError")
+                          .replace("IndexError: list index out of range", "OSError: [Errno 5] Input/output error"),
+                          tmp_path)
+    assert v.category == Category.DATA_IO
