@@ -271,7 +271,8 @@ async def serve(args: argparse.Namespace) -> dict[str, Any]:
     runner = SimRunner(sim)
 
     def sim_parts(c, *, deployment: str = "jobmedic"):  # the simulated cluster behind the real adapters' interfaces
-        return worker_mod.ClusterParts(settings=c, slurm=SlurmClient(runner, cluster=c.name, deployment=deployment),
+        return worker_mod.ClusterParts(settings=c, slurm=SlurmClient(runner, cluster=c.name, deployment=deployment,
+                                                                      decode_in_child=True),
                                        logs=LocalFileLogSource(), metrics=None, external=None)
 
     worker_mod.build_cluster_parts = sim_parts  # type: ignore[assignment]

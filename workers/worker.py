@@ -111,7 +111,8 @@ def build_cluster_parts(cluster: ClusterSettings, *, deployment: str = "jobmedic
     from workers.factories.logs import watch_log_source
     from workers.factories.slurm import build_slurm_client
 
-    slurm = build_slurm_client(cluster, deployment=deployment)
+    # the watch's whole listings are decoded in a child process: at 10,000 jobs that is a second of GIL a listing
+    slurm = build_slurm_client(cluster, deployment=deployment, decode_in_child=True)
     # over SSH the job logs are read by SFTP through the Slurm adapter's own connection
     connection = slurm.runner.connection if isinstance(slurm.runner, SshRunner) else None  # access "ssh"
     logs = watch_log_source(cluster.logs, connection_provider=connection)
@@ -170,12 +171,13 @@ def precompile_workflows() -> bool:
 
 async def build_workers(
     settings: Settings, client: Client, *, clusters: list[ClusterSettings] | None = None, stats: object | None = None,
-    role: str = "all",
+    role: str = "all", opened: list[SlurmClient] | None = None,
 ) -> list[Worker]:
     """The Temporal workers of this process. `role`: "all" (one process does everything), or one half of a
     deployment that runs two kinds of process (on one machine, two cores instead of one; or on several):
     "workflows" (the job workflows and their attribution and audit activities, on the main task queue) and
-    "clusters" (each cluster's watch and scheduler activities, on its own queue). Both must run somewhere."""
+    "clusters" (each cluster's watch and scheduler activities, on its own queue). Both must run somewhere.
+    `opened`: the Slurm clients built here are appended to it, for the caller to close when the workers stop."""
     from workers.factories.audit import build_audit_store
 
     if role not in WORKER_ROLES:
@@ -187,6 +189,8 @@ async def build_workers(
     screen = await asyncio.to_thread(LogScreen)  # compiles the pattern catalogue once, up front
     clusters = clusters or settings.clusters
     parts = [build_cluster_parts(c, deployment=settings.deployment) for c in clusters]
+    if opened is not None:
+        opened.extend(p.slurm for p in parts)
     served = parts if role != "workflows" else []  # the clusters whose queues this process serves
     for part in served:
         await warn_about_decision_timing(part.settings, part.slurm)
@@ -284,7 +288,8 @@ async def run_worker(
     from workers.metrics_server import WatchStats
 
     stats = WatchStats()  # the watches' passes, served by the metrics endpoint
-    workers = await build_workers(settings, client, stats=stats, role=role)
+    opened: list[SlurmClient] = []
+    workers = await build_workers(settings, client, stats=stats, role=role, opened=opened)
     if role != "workflows":
         await start_watches(settings, client)
     logger.info(
@@ -306,6 +311,11 @@ async def run_worker(
     finally:
         if metrics is not None:
             await metrics.stop()
+        for slurm in opened:  # their SSH connections and listing decoders' child processes
+            try:
+                await slurm.close()
+            except Exception as exc:  # noqa: BLE001 - shutting down: say so and close the rest
+                logger.warning("closing cluster {}'s Slurm client failed: {}", slurm.cluster, exc)
 
 
 class _running:

@@ -40,9 +40,10 @@ from loguru import logger
 
 from adapters.errors import ActionRefused, JobNotFound, SchedulerError, SchedulerUnreachable
 from adapters.slurm.ctld_config import min_job_age_s, parse_show_config
+from adapters.slurm.listing_decoder import ListingDecoder
 from adapters.slurm.ownership import Mark, read_mark, valid_deployment, with_mark
 from adapters.slurm.parse import (
-    ListingMemo, SqueueListing, array_of, is_array_remainder, parse_sinfo_json, parse_squeue_listing,
+    SqueueListing, array_of, is_array_remainder, parse_sinfo_json, parse_squeue_listing,
 )
 from adapters.slurm.runner import CommandResult, CommandRunner
 from workflows.contracts import ActionKind, ActionResult, JobInfo, JobKey, JobState, NodeInfo
@@ -112,6 +113,8 @@ class SlurmClient:
         poll_interval: seconds between two reads while waiting for that.
         opt_in_max_bytes: larger comments are not read as opt-ins.
         deployment: this jobmedic deployment's name, written into the mark on every job it acts on.
+        decode_in_child: decode whole listings in a child process (`listing_decoder`), so the event loop runs on
+            while 10,000 jobs' JSON is read; False decodes them in a thread of this process.
     """
 
     def __init__(
@@ -124,6 +127,7 @@ class SlurmClient:
         poll_interval: float = 0.3,
         opt_in_max_bytes: int = 4096,
         deployment: str = "jobmedic",
+        decode_in_child: bool = False,
     ) -> None:
         if not valid_deployment(deployment):
             raise ValueError(f"{deployment!r} is not a deployment name (letters, digits, '.', '_', '-')")
@@ -134,9 +138,11 @@ class SlurmClient:
         self.confirm_timeout = confirm_timeout
         self.poll_interval = poll_interval
         self.opt_in_max_bytes = opt_in_max_bytes
-        self._listing_memo = ListingMemo()  # the last full listing's conversions, reused for unchanged records
+        # whole listings: the last one's conversions, reused for unchanged records, kept by the decoder's child
+        self._listings = ListingDecoder(in_child=decode_in_child)
 
     async def close(self) -> None:
+        self._listings.close()
         await self.runner.close()
 
     async def __aenter__(self) -> SlurmClient:
@@ -163,7 +169,8 @@ class SlurmClient:
         moment Slurm starts it. A record that cannot be read is skipped (and
         named in `skipped`): the rest of the cluster is still listed.
         """
-        found = await self._squeue(["squeue", "--json"], what="squeue --json", memo=self._listing_memo)
+        result = await self._run(["squeue", "--json"], what="squeue --json")
+        found = await self._listings.decode(result.stdout, cluster=self.cluster, opt_in_max_bytes=self.opt_in_max_bytes)
         for record in found.skipped:
             logger.warning("squeue --json on {}: skipped a record ({}): {}", self.cluster, record.reason,
                            record.excerpt[:200])
@@ -176,12 +183,12 @@ class SlurmClient:
         return found
 
     async def _squeue(
-        self, argv: list[str], *, what: str, only: Callable[[str], bool] | None = None, memo: ListingMemo | None = None
+        self, argv: list[str], *, what: str, only: Callable[[str], bool] | None = None
     ) -> SqueueListing:
         result = await self._run(argv, what=what)
         return await asyncio.to_thread(
             parse_squeue_listing, result.stdout, cluster=self.cluster, opt_in_max_bytes=self.opt_in_max_bytes,
-            only=only, memo=memo,
+            only=only,
         )
 
     async def array_tasks(self, job_id: str) -> list[JobInfo]:

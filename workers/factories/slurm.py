@@ -27,8 +27,14 @@ def build_runner(cluster: ClusterSettings) -> CommandRunner:
     )
 
 
-def build_slurm_client(cluster: ClusterSettings, *, deployment: str = "jobmedic") -> SlurmClient:
-    """A `SlurmClient` for `cluster` acting as `deployment` (`Settings.deployment`); close it when done."""
+def build_slurm_client(
+    cluster: ClusterSettings, *, deployment: str = "jobmedic", decode_in_child: bool = False
+) -> SlurmClient:
+    """A `SlurmClient` for `cluster` acting as `deployment` (`Settings.deployment`); close it when done.
+
+    `decode_in_child`: whole listings are decoded in a child process (the worker's watch; a one-shot command
+    would only pay for starting it)."""
     return SlurmClient(
-        build_runner(cluster), cluster=cluster.name, timeout=cluster.scheduler.command_timeout_s, deployment=deployment
+        build_runner(cluster), cluster=cluster.name, timeout=cluster.scheduler.command_timeout_s, deployment=deployment,
+        decode_in_child=decode_in_child,
     )
