@@ -69,6 +69,24 @@ def proc_cpu_s(pid: int) -> float:
     return sum(int(fields[i]) for i in (11, 12, 13, 14)) / TICK
 
 
+def descendants(pid: int) -> list[int]:
+    """`pid`'s children, grandchildren, ... alive now (the worker's listing decoder is one)."""
+    parent: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        parent[int(stat.parent.name)] = int(fields[1])
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        out += kids
+        todo += kids
+    return out
+
+
 def proc_rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):  # peak resident set
@@ -113,6 +131,8 @@ def run_size(jobs: int, args: argparse.Namespace, tmp: Path) -> dict:
     worker = procs["worker"] = subprocess.Popen(argv, stdout=(work / "worker.log").open("w"), stderr=subprocess.STDOUT)
     peak = {name: 0.0 for name in [*procs, "server"]}
     cpu_last = {name: 0.0 for name in [*procs, "server"]}
+    kids_cpu: dict[int, float] = {}  # the worker processes' own children (the listing decoder): CPU last seen
+    kids_rss: dict[int, float] = {}
     while worker.poll() is None:
         for name, pid in [*((n, pr.pid) for n, pr in procs.items()), ("server", server.pid)]:
             try:
@@ -120,7 +140,16 @@ def run_size(jobs: int, args: argparse.Namespace, tmp: Path) -> dict:
                 cpu_last[name] = proc_cpu_s(pid)
             except (FileNotFoundError, ProcessLookupError):
                 pass
+        for pr in procs.values():
+            for kid in descendants(pr.pid):
+                try:
+                    kids_cpu[kid] = proc_cpu_s(kid)
+                    kids_rss[kid] = max(kids_rss.get(kid, 0.0), proc_rss_mb(kid))
+                except (FileNotFoundError, ProcessLookupError):
+                    pass
         time.sleep(1.0)
+    cpu_last["worker"] += sum(kids_cpu.values())
+    peak["worker"] += sum(kids_rss.values())
     wall = time.time() - started
     if "workflows" in procs:
         procs["workflows"].terminate()
@@ -155,6 +184,7 @@ def run_size(jobs: int, args: argparse.Namespace, tmp: Path) -> dict:
         "legacy_fails": s["legacy_heartbeat_bytes"] > HEARTBEAT_LIMIT,
         "squeue_mb": s["squeue_bytes"] / 1e6, "read_all_s": s["read_all_s"], "read_one_s": s["read_one_s"],
         "squeue_calls": s["scheduler_commands"].get("squeue", 0),
+        "squeue_listings": s["scheduler_commands"].get("squeue (whole listing)", 0),
         # failed: no full pass, a pass longer than the interval, or a failure never detected
         "watch_failed": not s["pass_s"] or max(passes) > s["interval_s"] or s["detected"] < s["failures"],
     }
@@ -246,7 +276,7 @@ def main() -> None:
             print(f"{r['jobs']} jobs: {r['error']}", file=sys.stderr)
     print(f"poll interval {args.interval:g} s, {args.shards} shards, {args.seconds:g} s per size, "
           f"{args.failures_per_min:g} failures/min once the first pass is done; {args.processes} worker "
-          f"process(es){' (--role workflows + --role clusters; worker CPU and RSS are both)' if args.processes == 2 else ''}; "
+          f"process(es){' (--role workflows + --role clusters; worker CPU and RSS are both, with their child processes)' if args.processes == 2 else ''}; "
           f"{os.cpu_count()} CPU cores shared")
     print_table(
         ["jobs", "pass p50 s", "pass max s", "interval s", "worker CPU %", "(sim CPU s)", "worker RSS MB",
@@ -258,11 +288,11 @@ def main() -> None:
     print()
     print_table(
         ["jobs", "heartbeat B (now)", "old heartbeat B", "old fails (>2 MB)", "watch hist ev/B", "job hist max ev/B",
-         "audit rows", "state rows", "squeue MB", "job read: all s", "one s", "squeue calls"],
+         "audit rows", "state rows", "squeue MB", "job read: all s", "one s", "squeue calls", "whole listings"],
         [[r["jobs"], r["heartbeat_bytes_max"], r["legacy_heartbeat_bytes"], r["legacy_fails"],
           f"{r['watch_history_events']}/{r['watch_history_bytes']}",
           f"{r['job_history_events_max']}/{r['job_history_bytes_max']}", r["audit_rows"], r["state_rows"],
-          r["squeue_mb"], r["read_all_s"], r["read_one_s"], r["squeue_calls"]] for r in ok],
+          r["squeue_mb"], r["read_all_s"], r["read_one_s"], r["squeue_calls"], r["squeue_listings"]] for r in ok],
     )
     last = results[-1]
     emit_json({

@@ -214,6 +214,8 @@ class SimRunner:
         self.commands[argv[0]] = self.commands.get(argv[0], 0) + 1
         if argv[0] == "squeue" and "--json" in argv:
             only = set(argv[argv.index("--jobs") + 1].split(",")) if "--jobs" in argv else None
+            if only is None:
+                self.commands["squeue (whole listing)"] = self.commands.get("squeue (whole listing)", 0) + 1
             return CommandResult(0, self.sim.squeue_json(only), "")
         if argv[0] == "sinfo":
             return CommandResult(0, json.dumps({"errors": [], "nodes": []}), "")
