@@ -49,7 +49,7 @@ _NCCL_COMM = re.compile(
 # a pasted terminal session: "root@gpu-node07:~# dmesg -T", "user@host:/path$ cmd", "[root@mi300-vm-3 ~]# rdma link"
 # (bash's PS1 on RHEL and its rebuilds, what most clusters run), "$ ssh gpua11 nvidia-smi"
 _PROMPT = re.compile(r"^(?:[A-Za-z0-9_.-]{1,32}@(?P<host>[A-Za-z0-9][A-Za-z0-9._-]{0,62}):[^\s#$]{0,200}[#$]"
-                     r"|\[[A-Za-z0-9_.-]{1,32}@(?P<rhel>[A-Za-z0-9][A-Za-z0-9._-]{0,62})(?: [^\]\s]{1,200})?\][#$]"
+                     r"|\[[A-Za-z0-9_.-]{1,32}@(?P<rhel>[A-Za-z0-9][A-Za-z0-9._-]{0,62})(?:[ :][^\]\s]{1,200})?\][#$]"
                      r"|[#$] ssh (?:-[A-Za-z]+ [^ ]+ )*(?P<ssh>[A-Za-z0-9][A-Za-z0-9._-]{0,62}) [^ ])")
 # a pasted section's banner: the same run of three or more '-', '=' or '#' on both sides of its title
 _SECTION = re.compile(r"^\s*(-{3,}|={3,}|#{3,}) [^\n]{1,200} \1\s*$")

@@ -67,6 +67,8 @@ class Signal:
 
 
 EXCEPTION_PATTERNS = {"python_exception", "python_exception_qualified"}
+_DASHES = re.compile(r"^-{5,}\s*$")
+_NODESET_LINE = re.compile(r"^[A-Za-z0-9._\[\],:-]{1,200}(?: \([0-9]{1,6}\))?\s*$")
 # exceptions a DataLoader worker raises from the dataset's own code (its I/O errors are the data's: OSError, ...)
 _CODE_ERRORS = {"IndexError", "KeyError", "TypeError", "ValueError", "AttributeError", "NameError", "AssertionError",
                 "ZeroDivisionError", "NotImplementedError", "UnboundLocalError", "RecursionError", "ImportError",
@@ -493,10 +495,18 @@ class SignalBuilder:
         Read from every line the verdict has (flagged or in the tail): these are INFO-level lines
         nothing flags, printed at the start (NCCL) and at the end (launchers) of the output."""
         seen: set[int] = set()
+        rule_at = -2  # the line of the last row of dashes (clush -b and clubak frame each block's nodes in them)
         for line_no, line in lines:
             if line_no in seen:
                 continue
             seen.add(line_no)
+            if _DASHES.match(line):
+                rule_at = line_no
+                continue
+            if self.nodemap and rule_at == line_no - 1 and _NODESET_LINE.match(line):
+                # clush -b's block header: what follows is the output of these nodes (of one job node, or none)
+                self.prompts.append((line_no, self._one_job_node(line)))
+                continue
             if self.nodemap and section_header(line):
                 # a pasted section ('--- dmesg -T on gpu-e33 ---') is about the one job node its banner names;
                 # a banner naming none (another machine's log, sacct) ends the session before it
