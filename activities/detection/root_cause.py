@@ -387,13 +387,13 @@ def _nccl_timeout_choice(b: SignalBuilder, timeouts: list[Signal], evidence: Job
             hosts.add(h)
     if not suspects:
         # NCCL's RAS names the process it got nothing from: its node, and its rank where one task runs per GPU
-        silent = {(s.host, s.fields.get("gpu_index")) for s in timeouts if s.pattern_id == "nccl_ras_missing_process"
+        unheard = {(s.host, s.fields.get("gpu_index")) for s in timeouts if s.pattern_id == "nccl_ras_missing_process"
                   and s.host}
-        if len({h for h, _ in silent}) == 1:
-            host, gpu = next(iter(silent))
+        if len({h for h, _ in unheard}) == 1:
+            host, gpu = next(iter(unheard))
             if len(b.job_hosts) != 1:
                 hosts.add(host)
-            rank = b.layout.global_rank(host, int(gpu)) if b.layout is not None and gpu and len(silent) == 1 else None
+            rank = b.layout.global_rank(host, int(gpu)) if b.layout is not None and gpu and len(unheard) == 1 else None
             if rank is not None:
                 suspects.add(rank)
     if not suspects and len(hosts_reporting) >= 2 and len(b.job_hosts) > len(hosts_reporting):
