@@ -459,6 +459,7 @@ def _reclaimed(strong: list[Signal], condemning: list[Signal]) -> list[Signal]:
     if any(s.category != Category.NODE_FAILURE for s in condemning):
         return []
     lost = {s.host for s in strong if s.category == Category.NODE_FAILURE and s.role == "scheduler" and s.host}
+    lost |= {s.host for s in condemning if s.host}
     if not lost and not condemning:
         return []
     return [s for s in strong if s.pattern_id == "cloud_preemption_notice" and (
