@@ -69,8 +69,8 @@ def proc_cpu_s(pid: int) -> float:
     return sum(int(fields[i]) for i in (11, 12, 13, 14)) / TICK
 
 
-def descendants(pid: int) -> list[int]:
-    """`pid`'s children, grandchildren, ... alive now (the worker's listing decoder is one)."""
+def descendants(pids: list[int]) -> list[int]:
+    """The children, grandchildren, ... of `pids` alive now (the workers' listing decoders), from one read of /proc."""
     parent: dict[int, int] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -78,7 +78,7 @@ def descendants(pid: int) -> list[int]:
         except (FileNotFoundError, ProcessLookupError, IndexError):
             continue
         parent[int(stat.parent.name)] = int(fields[1])
-    out, todo = [], [pid]
+    out, todo = [], list(pids)
     while todo:
         p = todo.pop()
         kids = [c for c, pp in parent.items() if pp == p]
@@ -140,13 +140,12 @@ def run_size(jobs: int, args: argparse.Namespace, tmp: Path) -> dict:
                 cpu_last[name] = proc_cpu_s(pid)
             except (FileNotFoundError, ProcessLookupError):
                 pass
-        for pr in procs.values():
-            for kid in descendants(pr.pid):
-                try:
-                    kids_cpu[kid] = proc_cpu_s(kid)
-                    kids_rss[kid] = max(kids_rss.get(kid, 0.0), proc_rss_mb(kid))
-                except (FileNotFoundError, ProcessLookupError):
-                    pass
+        for kid in descendants([pr.pid for pr in procs.values()]):
+            try:
+                kids_cpu[kid] = proc_cpu_s(kid)
+                kids_rss[kid] = max(kids_rss.get(kid, 0.0), proc_rss_mb(kid))
+            except (FileNotFoundError, ProcessLookupError):
+                pass
         time.sleep(1.0)
     cpu_last["worker"] += sum(kids_cpu.values())
     peak["worker"] += sum(kids_rss.values())

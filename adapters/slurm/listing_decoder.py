@@ -28,41 +28,33 @@ from workflows.contracts import JobInfo
 # ----------------------------------------------------------------------------- the child's side
 
 _CHILD_MEMO = ListingMemo()
-_CHILD_SENT: dict[str, JobInfo] = {}  # job identity -> the memo's conversion last sent to the parent
 
 
 @dataclass
 class Delta:
-    """A listing as the child sends it: every job's identity in order, and the conversions the parent lacks."""
+    """A listing as the child sends it: each job by its identity where the parent has its conversion, else whole."""
 
-    order: list[str]
-    changed: dict[str, JobInfo]
-    unnamed: list[JobInfo] = field(default_factory=list)  # records without an identity (sent whole, in order)
-    unnamed_at: list[int] = field(default_factory=list)  # where each of those stands in the listing
+    order: list[str | JobInfo]
+    changed: dict[str, JobInfo]  # conversions the parent lacks (new or changed records), by identity
     skipped: list[SkippedRecord] = field(default_factory=list)
     fresh: bool = False  # the parent must drop what it kept: this child has not sent it anything before
 
 
 def _decode_in_child(text: str, cluster: str, opt_in_max_bytes: int, first: bool) -> Delta:
-    """Decode one listing against the child's memo; `first`: the parent holds nothing of this child's yet."""
-    if first:
-        _CHILD_SENT.clear()
+    """Decode one listing against the child's memo; `first`: the parent holds nothing of this child's yet, so
+    every job is sent; after that only those the memo converted anew (the parent holds the others already)."""
     listing = parse_squeue_listing(text, cluster=cluster, opt_in_max_bytes=opt_in_max_bytes, memo=_CHILD_MEMO)
     delta = Delta(order=[], changed={}, skipped=listing.skipped, fresh=first)
-    sent: dict[str, JobInfo] = {}
-    for i, job in enumerate(listing.jobs):
+    named: set[str] = set()
+    for job in listing.jobs:
         ident = job.job_id  # the record's identity: job_from_json names an array task ARRAYJOBID_TASKID
-        known = _CHILD_MEMO.records.get(ident)
-        if not ident or known is None or ident in sent:
-            delta.unnamed.append(job)
-            delta.unnamed_at.append(i)
+        if ident not in _CHILD_MEMO.records or ident in named:
+            delta.order.append(job)  # a record the memo does not keep, or a second one of that id: sent whole
             continue
+        named.add(ident)
         delta.order.append(ident)
-        sent[ident] = known[1]
-        if _CHILD_SENT.get(ident) is not known[1]:  # converted anew (the record changed), or never sent
+        if first or ident in _CHILD_MEMO.converted:
             delta.changed[ident] = job
-    _CHILD_SENT.clear()
-    _CHILD_SENT.update(sent)
     return delta
 
 
@@ -110,6 +102,9 @@ class ListingDecoder:
                 self._first = True
             return await loop.run_in_executor(self._pool, _decode_in_child, text, cluster, opt_in_max_bytes,
                                               self._first)
+        except asyncio.CancelledError:
+            self._first = True  # the child may have moved its memo on without this process seeing it: resend all
+            raise
         except (BrokenProcessPool, OSError, RuntimeError) as exc:
             # the child died (killed, out of memory) or could not start: this listing is decoded here, and the
             # next one asks a new child
@@ -119,19 +114,11 @@ class ListingDecoder:
             return None
 
     def _apply(self, delta: Delta) -> SqueueListing:
-        if delta.fresh:
-            self._jobs = {}
+        kept = {} if delta.fresh else self._jobs
+        kept.update(delta.changed)
         self._first = False
-        self._jobs.update(delta.changed)
-        jobs: list[JobInfo] = []
-        pending = dict(zip(delta.unnamed_at, delta.unnamed, strict=True))
-        names = iter(delta.order)
-        total = len(delta.order) + len(delta.unnamed)
-        for i in range(total):
-            job = pending.get(i)
-            jobs.append(job if job is not None else self._jobs[next(names)].model_copy())
-        for ident in set(self._jobs) - set(delta.order):
-            del self._jobs[ident]  # left the listing
+        jobs = [x if isinstance(x, JobInfo) else kept[x].model_copy() for x in delta.order]
+        self._jobs = {x: kept[x] for x in delta.order if isinstance(x, str)}  # jobs that left the listing leave
         return SqueueListing(jobs=jobs, skipped=delta.skipped)
 
     async def child_pid(self) -> int | None:

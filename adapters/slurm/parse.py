@@ -121,6 +121,7 @@ class ListingMemo:
 
     def __init__(self) -> None:
         self.records: dict[str, tuple[Any, JobInfo]] = {}  # job identity -> (raw record, its conversion)
+        self.converted: set[str] = set()  # identities the last listing converted anew (new or changed records)
 
     def convert(self, raw: Any, fresh: dict[str, tuple[Any, JobInfo]], *, cluster: str, opt_in_max_bytes: int) -> JobInfo:
         ident = raw_identity(raw) if isinstance(raw, dict) else ""
@@ -129,6 +130,7 @@ class ListingMemo:
             job = known[1]
         else:
             job = job_from_json(raw, cluster=cluster, opt_in_max_bytes=opt_in_max_bytes)
+            self.converted.add(ident)
         if ident:
             fresh[ident] = (raw, job)
         return job.model_copy()  # callers may set fields of theirs (the watch sets `cluster`)
@@ -155,6 +157,8 @@ def parse_squeue_listing(
     jobs: list[JobInfo] = []
     skipped: list[SkippedRecord] = []
     fresh: dict[str, tuple[Any, JobInfo]] = {}
+    if memo is not None:
+        memo.converted = set()
     for raw in load_document(text, what="squeue --json", list_key="jobs"):
         if only is not None and not only(raw_identity(raw)):
             continue
