@@ -127,15 +127,16 @@ class ListingDecoder:
             return None
         return await asyncio.get_running_loop().run_in_executor(self._pool, _child_pid)
 
-    def _drop_pool(self) -> None:
+    def _drop_pool(self, *, wait: bool = False) -> None:
         pool, self._pool = self._pool, None
         self._jobs = {}
         self._first = True
         if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+            pool.shutdown(wait=wait, cancel_futures=True)
 
     def close(self) -> None:
-        self._drop_pool()
+        """Stop the child and wait for it (a child left running leaks its queues' semaphores at exit)."""
+        self._drop_pool(wait=True)
 
 
 __all__ = ["Delta", "ListingDecoder"]
