@@ -207,6 +207,8 @@ def evaluate(split: str, *, quick: bool, verbose: bool, catalogue: Catalogue, lo
     missed_entities: list[tuple[str, str, str]] = []
     # precision of what the verdict blames, per kind: [blamed, of which expected]
     blamed: dict[str, list[int]] = {}
+    # entity recall where the class is right vs wrong: a missed entity of a misclassified case is a class miss first
+    by_class_right: dict[bool, list[int]] = {}
     wrong_blames: list[tuple[str, str, str]] = []
     t0 = time.perf_counter()
     for log, side in cases:
@@ -219,6 +221,9 @@ def evaluate(split: str, *, quick: bool, verbose: bool, catalogue: Catalogue, lo
         got = verdict_entities(verdict, nodes)
         want_total += len(want)
         found_total += len(want & got)
+        cell = by_class_right.setdefault(verdict.category.value == expected, [0, 0])
+        cell[0] += len(want)
+        cell[1] += len(want & got)
         for entity in want:
             kind = entity_kind(entity, log)
             for axis, key in (("kind", kind), ("class", expected), ("launcher", side.get("launcher", "?"))):
@@ -269,6 +274,8 @@ def evaluate(split: str, *, quick: bool, verbose: bool, catalogue: Catalogue, lo
     print("entity recall by " + "; by ".join(
         axis + ": " + ", ".join(f"{k} {f}/{n}" for k, (n, f) in sorted(cells.items()))
         for axis, cells in by.items()))
+    print("entity recall where the class is " + ", ".join(
+        f"{'right' if ok else 'wrong'} {f}/{n_}" for ok, (n_, f) in sorted(by_class_right.items(), reverse=True)))
     print("blame precision (expected/blamed): " + ", ".join(
         f"{k} {ok}/{n_} = {ok / n_:.3f}" for k, (n_, ok) in sorted(blamed.items()) if n_))
     if verbose and wrong_blames:
