@@ -85,6 +85,8 @@ _DATA_MODULES = ("requests.", "urllib3.", "huggingface_hub.", "botocore.", "boto
 # OSErrors that are not storage: a library that will not load, a device, a socket
 _NOT_STORAGE = re.compile(r"(?i)\.so\b|shared object|libcuda|libnccl|cannot open shared|address already in use|"
                           r"connection|network|socket|[Ee]rrno (98|99|101|104|110|111|113)\b|device")
+# an exception raised because a barrier's other members did not arrive in time: the raiser is a victim of a hang
+_BARRIER_WAIT = re.compile(r"monitoredBarrier|[Bb]arrier timed out|Timed out waiting .{0,40}(barrier|for recv)")
 _DIST_WORDS = re.compile(r"(?i)store|c10d|rendezvous|nccl|gloo|socket|rank|worker|peer")
 
 
@@ -99,6 +101,8 @@ def exception_family(qualified: str, message: str = "") -> tuple[Category, Fault
         return Category.DATA_IO, FaultDomain.SYSTEM_SOFTWARE  # an I/O call failed: disk, file system, short write
     if short == "ConnectionError" and message and not _DIST_WORDS.search(message):
         return Category.DATA_IO, FaultDomain.SYSTEM_SOFTWARE  # a download or a remote store, not the job's peers
+    if message and _BARRIER_WAIT.search(message):
+        return Category.HANG, FaultDomain.UNKNOWN  # it waited at a barrier for a process that never came
     if short == "OutOfMemoryError" and qualified.startswith("ray."):
         return Category.HOST_OOM, FaultDomain.RESOURCE  # Ray's memory monitor killed a worker: host memory
     for names, category, domain in _FAMILIES:

@@ -283,13 +283,45 @@ def _hang_choice(b: SignalBuilder, hang: list[Signal]) -> Choice:
         named = ", ".join(str(r) for r in sorted(ranks)) or "?"
         why = (f"{len(b.dumps) - len(culprits)} process(es) wait in a collective; rank(s) {named}"
                f"{' on ' + ', '.join(sorted(hosts)) if hosts else ''} are elsewhere: they are the ones stuck")
-    stalled = set() if culprits else b.stalled_ranks()
+    absent = set() if culprits else _absent_from_barrier(b, hang)
+    if absent:
+        ranks |= absent
+        if len(b.job_hosts) != 1:  # on a one-node job the node holds the waiting ranks too
+            hosts |= {h for h in (b.host_of_rank(r) for r in absent) if h}
+        why = (f"a barrier timed out waiting for rank(s) {', '.join(map(str, sorted(absent)))}"
+               f"{' on ' + ', '.join(sorted(hosts)) if hosts else ''}, which never arrived: they are the ones stuck")
+    stalled = set() if culprits or absent else b.stalled_ranks()
     if stalled:
         ranks |= stalled
         hosts |= {h for h in (b.host_of_rank(r) for r in stalled) if h}
         why = (f"Horovod's stall inspector: the other ranks wait for rank(s) {', '.join(map(str, sorted(stalled)))}"
                f"{' on ' + ', '.join(sorted(hosts)) if hosts else ''}, which never submitted the pending tensors")
     return Choice(Category.HANG, hang, 0.75, why=why, hosts=sorted(hosts), ranks=sorted(ranks))
+
+
+_BARRIER_TASK = re.compile(r"^\s*/job:[A-Za-z_]+/replica:[0-9]+/task:([0-9]+)\s*$")
+_BARRIER_LISTS = 8  # lines below a JAX barrier timeout that may list the tasks that never arrived
+
+
+def _absent_from_barrier(b: SignalBuilder, hang: list[Signal]) -> set[int]:
+    """The ranks a barrier timeout names as never arrived: a monitored barrier's 'Rank 11 failed to pass', JAX's
+    task list below 'Barrier timed out ... Timed out task names:' (a JAX process index is its rank)."""
+    absent: set[int] = set()
+    for s in hang:
+        if s.fields.get("suspect_rank"):
+            absent |= _listed_ranks(s.fields["suspect_rank"])
+    barriers = [s.line_no for s in hang if s.pattern_id == "jax_barrier_timeout" and s.line_no is not None]
+    if barriers:
+        following = {n: b._strip(line) for n, line in b.lines}
+        for at in barriers:
+            for n in range(at + 1, at + 1 + _BARRIER_LISTS):
+                m = _BARRIER_TASK.match(following.get(n, ""))
+                if m is None:
+                    if n in following and following[n].strip():
+                        break
+                    continue
+                absent.add(int(m.group(1)))
+    return absent
 
 
 def _standing_still(b: SignalBuilder) -> Choice | None:
@@ -362,6 +394,8 @@ def _nccl_timeout_choice(b: SignalBuilder, timeouts: list[Signal], evidence: Job
             seq_of[s.rank] = min(int(seq), seq_of.get(s.rank, int(seq)))
         else:
             seq_of.setdefault(s.rank, -1)
+    # a barrier the same job's ranks timed out in names who never arrived (a monitored barrier beside the watchdog)
+    suspects |= _absent_from_barrier(b, [s for s in b.signals if s.category == Category.HANG and s.source == "log"])
     reporters = set(seq_of)
     enqueued = {s.rank: int(s.fields["enqueued"]) for s in timeouts if s.rank is not None and s.fields.get("enqueued")}
     if len(enqueued) >= 2 and len(set(enqueued.values())) > 1:

@@ -336,7 +336,7 @@ class SignalBuilder:
             if own is None and rank is not None:
                 own = (ctx.host, None, int(rank), None)
             if own is None:
-                own = self._dump_owner(ctx.text)
+                own = self._dump_owner(ctx.text, prefix_host=ctx.host)
             if own is not None:
                 self._dumping = own
                 self.dumps.setdefault(own, False)
@@ -344,7 +344,7 @@ class SignalBuilder:
         if source is not None and any(s.id == "stack_frame_in_collective" for s in specs):
             self.dumps[source] = True
 
-    def _dump_owner(self, text: str) -> tuple | None:
+    def _dump_owner(self, text: str, *, prefix_host: str | None = None) -> tuple | None:
         """Whose dump a header starts, from what it says: py-spy's 'Process PID:', ray stack's 'Stack dump for
         USER PID', or a header the user wrote ('== task 2 pid 18770 on olmo-g2 ==', '$ py-spy dump --pid N  #
         gpu-h01 local_rank 0', '$ ray stack  # on 10.9.1.4'). A header naming only a host starts nothing but
@@ -361,7 +361,9 @@ class SignalBuilder:
         if host is not None and pid is None and rank is None and task is None and local_m is None:
             self._dump_host = host
             return None
-        host = host or self._dump_host
+        # the host the text names, else the one a launcher prefix says wrote it (pdsh's 'gpu-c12: Process 30918:
+        # ... --local_rank=1'), else the one a header above named
+        host = host or prefix_host or self._dump_host
         if local_m is not None and rank is None:
             rank = self._global_rank(host, int(local_m.group(1)))
         current = self._dumping

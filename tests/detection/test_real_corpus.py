@@ -71,7 +71,9 @@ def test_corpus_size_classes_and_benign_share():
     per_class = {c: sum(1 for _, s in every if s["category"] == c) for c in {s["category"] for _, s in every}}
     assert min(per_class.values()) >= 10, per_class
     assert per_class["none"] >= 40
-    assert 1.7 <= len(tune) / len(holdout) <= 2.4  # about 2:1
+    # about 2:1; split.py sends every third case of each class of a batch to holdout, so a batch of many small
+    # classes gives fewer (b10: 46 tune, 15 holdout): 733/304 = 2.41 after it
+    assert 1.7 <= len(tune) / len(holdout) <= 2.5
 
 
 def test_every_case_follows_the_format():

@@ -1,0 +1,70 @@
+"""Culprits and causes in forms first met on batch b10's tune excerpts (tests/corpus/real/tune/).
+
+- A barrier that timed out names who never arrived: PyTorch's monitored barrier ('Rank 11 failed to pass
+  monitoredBarrier'), JAX's coordination service ('Barrier timed out ... Timed out task names:' and the
+  '/job:jax_worker/replica:0/task:N' lines below it). That is a hang of those ranks, on their node; the
+  exceptions the waiting ranks raise about it ('successfully reached monitoredBarrier, but received errors',
+  'DEADLINE_EXCEEDED: Barrier timed out') are its victims, not application bugs.
+- py-spy dumps collected through pdsh carry their node in the prefix: 'gpu-c12: Process 30918: ...
+  --local_rank=1' is local rank 1 of gpu-c12, a global rank through the layout.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from workflows.contracts import Category
+
+from tests.detection.real_cases import BENCH, CATALOGUE, verdict_of, verdict_of_edited
+
+
+def test_a_monitored_barrier_names_the_stuck_rank_and_the_victims_exceptions_are_not_bugs():
+    v = verdict_of("hang-gloo-monitored-barrier-rank11-victims-blame-rank0-x2a04")
+    assert v.category == Category.HANG
+    assert (v.implicated.hosts, v.implicated.ranks) == (["mb-02"], [11])
+
+
+def test_without_the_barrier_report_the_rank_is_not_named(tmp_path):
+    def no_report(text: str) -> str:
+        return "\n".join(l for l in text.splitlines() if "failed to pass monitoredBarrier" not in l)
+    v = verdict_of_edited("hang-gloo-monitored-barrier-rank11-victims-blame-rank0-x2a04", no_report, tmp_path)
+    assert 11 not in v.implicated.ranks
+    assert "mb-02" not in v.implicated.hosts
+
+
+def test_a_jax_barrier_timeout_names_the_task_listed_below_it():
+    v = verdict_of("hang-jax-coordination-barrier-timed-out-task2-x2a02")
+    assert v.category == Category.HANG
+    assert (v.implicated.hosts, v.implicated.ranks) == (["jx-g03"], [2])
+
+
+def test_a_jax_barrier_task_list_is_read_only_right_below_the_timeout(tmp_path):
+    # the same task line far from any barrier timeout says nothing about who is stuck
+    def moved(text: str) -> str:
+        lines = [l for l in text.splitlines() if "/task:2" not in l]
+        return "\n".join(lines[:3] + ["0: /job:jax_worker/replica:0/task:2"] + lines[3:])
+    v = verdict_of_edited("hang-jax-coordination-barrier-timed-out-task2-x2a02", moved, tmp_path)
+    assert 2 not in v.implicated.ranks
+
+
+def test_a_watchdog_timeout_beside_a_monitored_barrier_takes_its_suspect():
+    # a generated-corpus shape (code paths, not accuracy): NCCL timeouts on every rank and a barrier naming rank 13
+    case = Path(__file__).resolve().parents[1] / "corpus" / "tuning" / "nccl_timeout_03"
+    side = json.loads(case.with_suffix(".expected.json").read_text())
+    v = BENCH.run_case(case.with_suffix(".log"), side, catalogue=CATALOGUE)
+    assert v.category == Category.NCCL_TIMEOUT
+    assert v.implicated.hosts == ["gpu-a100-004"]
+
+
+def test_pdsh_prefixed_py_spy_dumps_are_the_prefix_nodes_processes():
+    v = verdict_of("hang-pyspy-deepspeed-init-rank5-stuck-in-to-device-x2a03")
+    assert v.category == Category.HANG
+    assert (v.implicated.hosts, v.implicated.ranks) == (["gpu-c12"], [5])
+
+
+def test_without_the_prefix_the_local_rank_is_not_placed(tmp_path):
+    v = verdict_of_edited("hang-pyspy-deepspeed-init-rank5-stuck-in-to-device-x2a03",
+                          lambda t: "\n".join(l.split(": ", 1)[1] if l.startswith("gpu-c1") else l
+                                              for l in t.splitlines()), tmp_path)
+    assert "gpu-c12" not in v.implicated.hosts
