@@ -178,6 +178,10 @@ def implicate(
             slot = _local_rank(b, host, next(iter(ranks)))
             if slot is not None:
                 gpus.add(f"{host}:{slot}")  # one process per GPU: the failed rank's local rank is its device
+    if b.job_hosts and hosts & b.job_hosts and not hosts <= b.job_hosts:
+        # a name that is none of the job's nodes beside ones that are (a pod's name in Open MPI's 'on node
+        # resnet-hvd-worker-1' next to the Kubernetes node it ran on): only a job node can be kept out of the job
+        hosts &= b.job_hosts
     gpus = {b.bus_spelling(g) for g in gpus}
     if hosts:  # a GPU is evidence on a blamed node; the far end's view of its own device is not
         gpus = {g for g in gpus if g.split(":", 1)[0] in hosts or ":" not in g}

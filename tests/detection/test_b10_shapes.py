@@ -68,3 +68,29 @@ def test_without_the_prefix_the_local_rank_is_not_placed(tmp_path):
                           lambda t: "\n".join(l.split(": ", 1)[1] if l.startswith("gpu-c1") else l
                                               for l in t.splitlines()), tmp_path)
     assert "gpu-c12" not in v.implicated.hosts
+
+
+def test_srun_says_where_a_task_ran_whatever_the_layout_arithmetic():
+    # 'srun -l' task 2 runs torchrun on the third node; the layout is given in ranks (8 a node), so task 2 by
+    # arithmetic would be the first node: srun's own 'ndv4-0007: task 2: Exited' line says otherwise
+    v = verdict_of("gpu_hardware-nvlink-s-inactive-links-megatron-srun-w1a02")
+    assert v.category == Category.GPU_HARDWARE
+    assert v.implicated.hosts == ["ndv4-0007"]
+
+
+def test_without_srun_task_lines_the_layout_places_the_task(tmp_path):
+    v = verdict_of_edited("gpu_hardware-nvlink-s-inactive-links-megatron-srun-w1a02",
+                          lambda t: "\n".join(l for l in t.splitlines() if not l.startswith("srun: error:")), tmp_path)
+    assert v.implicated.hosts != ["ndv4-0007"]
+
+
+def test_kubernetes_losing_a_node_is_a_node_failure_on_the_node_described():
+    v = verdict_of("node_failure-k8s-kubelet-stopped-posting-pytorchjob-w1a11")
+    assert v.category == Category.NODE_FAILURE
+    assert v.implicated.hosts == ["gpu-node-07"]
+
+
+def test_a_pod_name_beside_the_node_it_ran_on_is_not_blamed():
+    v = verdict_of("node_failure-aks-vmss-node-rebooted-mpijob-horovod-w1a12")
+    assert v.category == Category.NODE_FAILURE
+    assert v.implicated.hosts == ["aks-ndv5-31662058-vmss000004"]
