@@ -223,7 +223,7 @@ class SignalBuilder:
                 self._elastic_field(fields, line_no)
                 continue
             if spec.id == "launcher_first_failed_rank":
-                rank = fields.get("rank") or fields.get("container_rank")
+                rank = fields.get("rank") or fields.get("container_rank") or fields.get("spawn_index")
                 if rank is not None and not any(e.get("rank") for e in self.elastic):
                     self.elastic.append({"line_no": str(line_no), "rank": rank})
                 continue

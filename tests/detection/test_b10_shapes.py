@@ -94,3 +94,21 @@ def test_a_pod_name_beside_the_node_it_ran_on_is_not_blamed():
     v = verdict_of("node_failure-aks-vmss-node-rebooted-mpijob-horovod-w1a12")
     assert v.category == Category.NODE_FAILURE
     assert v.implicated.hosts == ["aks-ndv5-31662058-vmss000004"]
+
+
+def test_one_node_alone_failing_its_efa_event_queue_is_that_nodes_fabric():
+    v = verdict_of("interconnect-efa-rxr-eq-enomem-one-instance-memlock-srun-y3a04")
+    assert v.category == Category.INTERCONNECT
+    assert v.implicated.hosts == ["ip-10-1-7-88"]
+
+
+def test_torch_multiprocessing_spawn_names_the_process_that_failed():
+    v = verdict_of("cuda_error-mp-spawn-cublas-execution-failed-process1-z4a08")
+    assert v.category == Category.CUDA_ERROR
+    assert v.implicated.ranks == [1]
+
+
+def test_without_spawns_report_no_rank_is_taken_from_it(tmp_path):
+    v = verdict_of_edited("cuda_error-mp-spawn-cublas-execution-failed-process1-z4a08",
+                          lambda t: t.replace("-- Process 1 terminated", "-- A process terminated"), tmp_path)
+    assert 1 not in v.implicated.ranks
