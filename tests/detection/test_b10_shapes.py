@@ -112,3 +112,16 @@ def test_without_spawns_report_no_rank_is_taken_from_it(tmp_path):
     v = verdict_of_edited("cuda_error-mp-spawn-cublas-execution-failed-process1-z4a08",
                           lambda t: t.replace("-- Process 1 terminated", "-- A process terminated"), tmp_path)
     assert 1 not in v.implicated.ranks
+
+
+def test_p2p_disabled_between_nvlink_connected_gpus_is_hardware_not_a_benign_p2p_note():
+    v = verdict_of("gpu_hardware-nccl-p2p-disabled-nvlink-pair-torchrun-w1a01")
+    assert v.category == Category.GPU_HARDWARE
+    assert v.implicated.hosts == ["gpu-b07"]
+
+
+def test_p2p_disabled_for_another_reason_stays_benign(tmp_path):
+    v = verdict_of_edited("gpu_hardware-nccl-p2p-disabled-nvlink-pair-torchrun-w1a01",
+                          lambda t: t.replace("P2P is disabled between NVLINK connected GPUs 1 and 0",
+                                              "P2P is disabled by NCCL_P2P_DISABLE for GPUs 1 and 0"), tmp_path)
+    assert v.category != Category.GPU_HARDWARE
