@@ -197,6 +197,9 @@ def choose_root_cause(b: SignalBuilder, evidence: JobEvidence) -> Choice:
         standing = _standing_still(b)
         if standing is not None:
             return standing
+        dumped = _dumped_while_running(b)
+        if dumped is not None:
+            return dumped
     if evidence.hang_suspected:
         return Choice(Category.HANG, [hang_fact(evidence)], 0.6, hosts=sorted(set(evidence.straggler_hosts)))
     # 11. a failed job is never "nothing": say that the cause is unknown, with what the end of the output shows
@@ -322,6 +325,20 @@ def _absent_from_barrier(b: SignalBuilder, hang: list[Signal]) -> set[int]:
                     continue
                 absent.add(int(m.group(1)))
     return absent
+
+
+def _dumped_while_running(b: SignalBuilder) -> Choice | None:
+    """A running job whose output holds stack dumps of two or more of its processes (py-spy, faulthandler, ray
+    stack) and no progress after them: what an operator, or a watchdog, collects from a job that stands still.
+    Low confidence: the dumps say where it waits, not why."""
+    headers = [s for s in b.signals if s.pattern_id == "stack_dump_header" and s.source == "log" and s.line_no]
+    if len(b.dumps) < 2 or not headers:
+        return None
+    first = min(s.line_no or 0 for s in headers)
+    if b.progressed_after(first):
+        return None  # training went on after the dumps: they were a look, not a rescue
+    return Choice(Category.HANG, headers, 0.5, why=(
+        f"stack dumps of {len(b.dumps)} processes of the running job and no progress after them: it stands still"))
 
 
 def _standing_still(b: SignalBuilder) -> Choice | None:

@@ -125,3 +125,17 @@ def test_p2p_disabled_for_another_reason_stays_benign(tmp_path):
                           lambda t: t.replace("P2P is disabled between NVLINK connected GPUs 1 and 0",
                                               "P2P is disabled by NCCL_P2P_DISABLE for GPUs 1 and 0"), tmp_path)
     assert v.category != Category.GPU_HARDWARE
+
+
+def test_stack_dumps_of_a_running_job_with_no_progress_after_them_are_a_hang():
+    v = verdict_of("hang-pyspy-stage3-partition-grads-all-i3h05")
+    assert v.category == Category.HANG
+
+
+def test_stack_dumps_followed_by_progress_are_not(tmp_path):
+    def progress_after(text: str) -> str:
+        steps = [f"[2024-09-18 14:0{5 + i}:11,805] [INFO] [logging.py:96:log_dist] [Rank 0] step={3811 + i}, skipped=0, "
+                 "lr=[1.93e-05], mom=[(0.9, 0.999)]" for i in range(3)]
+        return text.rstrip("\n") + "\n" + "\n".join(steps) + "\n"
+    v = verdict_of_edited("hang-pyspy-stage3-partition-grads-all-i3h05", progress_after, tmp_path)
+    assert v.category != Category.HANG
