@@ -116,6 +116,11 @@ def choose_root_cause(b: SignalBuilder, evidence: JobEvidence) -> Choice:
     software = [s for s in software if not _superseded(s, software)]
     if software:
         first = min(software, key=lambda s: (s.order, _SOFTWARE_TIE[s.category]))
+        crashed = _far_end_crashed(software, first)
+        if crashed:
+            return Choice(crashed[0].category, crashed, 0.75, why=(
+                f"the failed links all lead to {crashed[0].host}, whose own process failed with "
+                f"{crashed[0].category.value.replace('_', ' ')}: its peers lost it, the network did not fail"))
         chosen = [s for s in software if s.category == first.category]
         base = 0.85 if first.severity == "fatal" else 0.75
         return Choice(first.category, chosen, base)
@@ -197,7 +202,7 @@ def choose_root_cause(b: SignalBuilder, evidence: JobEvidence) -> Choice:
         standing = _standing_still(b)
         if standing is not None:
             return standing
-        dumped = _dumped_while_running(b)
+        dumped = _dumped_while_running(b) or _members_missing(b)
         if dumped is not None:
             return dumped
     if evidence.hang_suspected:
@@ -303,7 +308,10 @@ def _hang_choice(b: SignalBuilder, hang: list[Signal]) -> Choice:
 
 
 _BARRIER_TASK = re.compile(r"^\s*/job:[A-Za-z_]+/replica:[0-9]+/task:([0-9]+)\s*$")
-_BARRIER_LISTS = 8  # lines below a JAX barrier timeout that may list the tasks that never arrived
+_BARRIER_LISTS = 8  # lines below a barrier report that may list the tasks that never (or did) arrive
+_REPORTED = re.compile(r"\{[0-9]{1,6}: [0-9.]{1,12}(?:, [0-9]{1,6}: [0-9.]{1,12}){0,4095}\}$")  # Ray: rank -> seconds waited
+# Lightning's 'initializing ddp: GLOBAL_RANK: 5, MEMBER: 6/12' (newer: 'Initializing distributed: ...'), one per process
+_MEMBER = re.compile(r"(?i)initializing (?:ddp|distributed): GLOBAL_RANK: ([0-9]{1,6}), MEMBER: [0-9]{1,6}/([0-9]{1,6})")
 
 
 def _absent_from_barrier(b: SignalBuilder, hang: list[Signal]) -> set[int]:
@@ -313,6 +321,21 @@ def _absent_from_barrier(b: SignalBuilder, hang: list[Signal]) -> set[int]:
     for s in hang:
         if s.fields.get("suspect_rank"):
             absent |= _listed_ranks(s.fields["suspect_rank"])
+    reports = [s for s in hang if s.pattern_id == "ray_train_report_barrier" and s.line_no is not None
+               and s.fields.get("world")]
+    if reports:
+        text_of = {n: b._strip(line) for n, line in b.lines}
+        for s in reports:
+            world = int(s.fields["world"])
+            for n in range((s.line_no or 0) + 1, (s.line_no or 0) + 1 + _BARRIER_LISTS):
+                m = _REPORTED.search(text_of.get(n, "").strip())  # after the actor's '(Name pid=N) ' prefix
+                if m is None:
+                    continue
+                reported = {int(r) for r in re.findall(r"(?:^\{|, )([0-9]{1,6}):", m.group(0))}
+                missing = set(range(world)) - reported
+                if reported and 0 < len(missing) <= max(1, world // 4):
+                    absent |= missing
+                break
     barriers = [s.line_no for s in hang if s.pattern_id == "jax_barrier_timeout" and s.line_no is not None]
     if barriers:
         following = {n: b._strip(line) for n, line in b.lines}
@@ -325,6 +348,35 @@ def _absent_from_barrier(b: SignalBuilder, hang: list[Signal]) -> set[int]:
                     continue
                 absent.add(int(m.group(1)))
     return absent
+
+
+def _members_missing(b: SignalBuilder) -> Choice | None:
+    """A running job whose processes announce themselves as members of the group ('initializing ddp:
+    GLOBAL_RANK: 5, MEMBER: 6/12') where some never did and nothing came after: the group is waiting for them.
+    The missing ranks, and their node when they are all one node's of several."""
+    seen: set[int] = set()
+    world = 0
+    last = 0
+    for n, line in b.lines:
+        m = _MEMBER.search(b._strip(line))
+        if m:
+            seen.add(int(m.group(1)))
+            world = max(world, int(m.group(2)))
+            last = n
+    if not seen or not world or world > 65536 or max(seen) >= world:
+        return None
+    missing = set(range(world)) - seen
+    if not missing or len(missing) * 2 > world or b.progressed_after(last, lines=1):
+        return None
+    hosts = {b.host_of_rank(r) for r in missing}
+    named = sorted(h for h in hosts if h) if len(hosts) == 1 and None not in hosts and len(b.job_hosts) > 1 else []
+    line = dict(b.lines).get(last, "")
+    sig = Signal(Category.HANG, FaultDomain.UNKNOWN, "error", "cause", False, "log", line, line_no=last,
+                 pattern_id="group_members_missing", text=f"{len(seen)} of {world} members joined")
+    b.signals.append(sig)
+    return Choice(Category.HANG, [sig], 0.55, hosts=named, ranks=sorted(missing), why=(
+        f"only {len(seen)} of {world} processes joined the group and nothing came after; rank(s) "
+        f"{', '.join(map(str, sorted(missing)))}{' on ' + named[0] if named else ''} never did"))
 
 
 def _dumped_while_running(b: SignalBuilder) -> Choice | None:
@@ -381,6 +433,25 @@ def _standing_still(b: SignalBuilder) -> Choice | None:
                       why=f"the progress bar stood at step {bar.step} for {bar.seconds:.0f} s, "
                           f"{bar.seconds / bar.step_seconds:.0f} times its step time")
     return None
+
+
+_PEER_CRASH = {Category.CUDA_ERROR, Category.APP_ERROR, Category.DATA_IO}  # a process's own death, not a link's
+
+
+def _far_end_crashed(software: list[Signal], first: Signal) -> list[Signal]:
+    """When the earliest cause is a failed link and every link error names the same far end, and that node's
+    own process failed of something else (a CUDA error, an exception), that failure: the far end's process
+    exiting is what broke its peers' links ('remote process exited or there was a network error')."""
+    if first.category not in (Category.INTERCONNECT, Category.NCCL_ERROR):
+        return []
+    links = [s for s in software if s.category in (Category.INTERCONNECT, Category.NCCL_ERROR) and s.peers]
+    far = {p for s in links for p in s.peers}
+    if len(far) != 1 or len({s.host for s in links}) < 2:
+        return []
+    peer = next(iter(far))
+    if any(s.host == peer for s in links):
+        return []  # the far end reports the link failing too: the link, not a crash
+    return [s for s in software if s.host == peer and s.category in _PEER_CRASH and s.source == "log"]
 
 
 def _superseded(s: Signal, others: list[Signal]) -> bool:

@@ -1,0 +1,54 @@
+"""Culprits and causes in forms first met on batch b11's tune excerpts (tests/corpus/real/tune/).
+
+- Ray Train's synchronization actor lists the ranks that reached `ray.train.report` ('{0: 60.03, 1: ...}')
+  under 'has not been called by all 16 workers': the ranks missing from it are the ones the others wait for.
+- Lightning announces each process as a member of the group ('initializing ddp: GLOBAL_RANK: 5, MEMBER: 6/12');
+  a running job where some members never did, and nothing came after, waits for them (their node when they
+  are one node's).
+- Link errors from several nodes that all name one far end, whose own process failed of something else (a
+  CUDA error): that failure is the cause, the links broke because the far end's process exited.
+"""
+
+from __future__ import annotations
+
+from workflows.contracts import Category
+
+from tests.detection.real_cases import verdict_of, verdict_of_edited
+
+
+def test_ray_trains_report_barrier_names_the_rank_that_never_reported():
+    v = verdict_of("hang-ray-train-report-barrier-rank11-never-reports-m7a02")
+    assert v.category == Category.HANG
+    assert v.implicated.ranks == [11]
+
+
+def test_a_report_list_with_everyone_names_no_one(tmp_path):
+    v = verdict_of_edited("hang-ray-train-report-barrier-rank11-never-reports-m7a02",
+                          lambda t: t.replace(", 10: ", ", 11: 1.0, 10: "), tmp_path)
+    assert 11 not in v.implicated.ranks
+
+
+def test_lightning_members_that_never_joined_are_the_hang_and_their_node():
+    v = verdict_of("hang-lightning-ddp-init-third-node-members-never-join-m7a04")
+    assert v.category == Category.HANG
+    assert (v.implicated.hosts, v.implicated.ranks) == (["dgx-c16"], [8, 9, 10, 11])
+
+
+def test_every_member_joined_is_no_hang(tmp_path):
+    def all_joined(text: str) -> str:
+        extra = "\n".join(f"initializing ddp: GLOBAL_RANK: {r}, MEMBER: {r + 1}/12" for r in range(8, 12))
+        return text.replace("$ squeue", extra + "\n$ squeue")
+    v = verdict_of_edited("hang-lightning-ddp-init-third-node-members-never-join-m7a04", all_joined, tmp_path)
+    assert v.category != Category.HANG
+
+
+def test_a_crash_at_the_far_end_of_every_failed_link_is_the_cause():
+    v = verdict_of("cuda_error-deepspeed-pdsh-cublas-exec-failed-rank21-below-ib-wall-k8a04")
+    assert v.category == Category.CUDA_ERROR
+    assert v.implicated.hosts == []
+
+
+def test_without_the_far_ends_crash_the_links_are_the_cause(tmp_path):
+    v = verdict_of_edited("cuda_error-deepspeed-pdsh-cublas-exec-failed-rank21-below-ib-wall-k8a04",
+                          lambda t: "\n".join(l for l in t.splitlines() if "CUBLAS_STATUS" not in l), tmp_path)
+    assert v.category != Category.CUDA_ERROR
