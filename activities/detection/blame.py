@@ -182,6 +182,12 @@ def implicate(
         # a name that is none of the job's nodes beside ones that are (a pod's name in Open MPI's 'on node
         # resnet-hvd-worker-1' next to the Kubernetes node it ran on): only a job node can be kept out of the job
         hosts &= b.job_hosts
+    if len(b.job_hosts) >= 2 and hosts >= b.job_hosts and cat != Category.NODE_FAILURE:
+        # every node of the job blamed alike (each reports the same transport error): nothing singles one
+        # out, and a restart without all of them is no restart; the cause is common to them (config, fabric)
+        choice.why = (choice.why + "; " if choice.why else "") + (
+            "every node of the job shows it alike: no node is singled out")
+        hosts = set()
     gpus = {b.bus_spelling(g) for g in gpus}
     if hosts:  # a GPU is evidence on a blamed node; the far end's view of its own device is not
         gpus = {g for g in gpus if g.split(":", 1)[0] in hosts or ":" not in g}

@@ -52,3 +52,10 @@ def test_without_the_far_ends_crash_the_links_are_the_cause(tmp_path):
     v = verdict_of_edited("cuda_error-deepspeed-pdsh-cublas-exec-failed-rank21-below-ib-wall-k8a04",
                           lambda t: "\n".join(l for l in t.splitlines() if "CUBLAS_STATUS" not in l), tmp_path)
     assert v.category != Category.CUDA_ERROR
+
+
+def test_every_node_of_the_job_reporting_the_same_transport_error_blames_none():
+    v = verdict_of("interconnect-mpirun-nccl-tests-ucx-docker0-bridge-addr-refused-m7a09")
+    assert v.category == Category.INTERCONNECT
+    assert v.implicated.hosts == []
+    assert "no node is singled out" in v.explanation
