@@ -298,7 +298,20 @@ def _hang_choice(b: SignalBuilder, hang: list[Signal]) -> Choice:
             hosts |= {h for h in (b.host_of_rank(r) for r in absent) if h}
         why = (f"a barrier timed out waiting for rank(s) {', '.join(map(str, sorted(absent)))}"
                f"{' on ' + ', '.join(sorted(hosts)) if hosts else ''}, which never arrived: they are the ones stuck")
-    stalled = set() if culprits or absent else b.stalled_ranks()
+    if not culprits and not absent:
+        # XLA's rendezvous warning is one process's threads (one per local device) waiting for each other: when one
+        # process of several prints it, that process is where the job stands still
+        writers = {(s.host, s.task if s.task is not None else s.rank) for s in hang
+                   if s.pattern_id == "xla_rendezvous_stuck"}
+        if len(writers) == 1 and all(s.pattern_id == "xla_rendezvous_stuck" for s in hang):
+            host, proc = next(iter(writers))
+            if proc is not None and b.layout is not None and len(b.layout.nodes) > 1:
+                ranks.add(proc)
+                if host:
+                    hosts.add(host)
+                why = (f"only process {proc}{' on ' + host if host else ''} reports its device threads stuck in an "
+                       "XLA rendezvous: the job stands still there")
+    stalled = set() if culprits or absent or ranks else b.stalled_ranks()
     if stalled:
         ranks |= stalled
         hosts |= {h for h in (b.host_of_rank(r) for r in stalled) if h}

@@ -59,3 +59,22 @@ def test_every_node_of_the_job_reporting_the_same_transport_error_blames_none():
     assert v.category == Category.INTERCONNECT
     assert v.implicated.hosts == []
     assert "no node is singled out" in v.explanation
+
+
+def test_one_process_alone_reporting_its_xla_rendezvous_stuck_is_where_the_job_stands_still():
+    v = verdict_of("hang-jax-xla-rendezvous-seven-of-eight-threads-process2-m7a03")
+    assert v.category == Category.HANG
+    assert (v.implicated.hosts, v.implicated.ranks) == (["a3-pp09"], [2])
+
+
+def test_several_processes_reporting_it_single_none_out(tmp_path):
+    def two_writers(text: str) -> str:
+        lines = text.splitlines()
+        out = []
+        for l in lines:
+            out.append(l)
+            if "rendezvous.cc" in l and l.startswith("2: "):
+                out.append("1: " + l[3:])
+        return "\n".join(out)
+    v = verdict_of_edited("hang-jax-xla-rendezvous-seven-of-eight-threads-process2-m7a03", two_writers, tmp_path)
+    assert 2 not in v.implicated.ranks
