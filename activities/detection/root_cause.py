@@ -57,6 +57,16 @@ def choose_root_cause(b: SignalBuilder, evidence: JobEvidence) -> Choice:
         return Choice(Category.PREEMPTED, reclaimed, 0.85, why=(
             "the cloud's preemption notice came from the node the scheduler then lost: a reclaimed VM, not a "
             "broken node"))
+    unkillable = [s for s in condemning if s.pattern_id in _UNKILLABLE]
+    if unkillable and len(unkillable) == len(condemning):
+        # processes that would not die after the OOM killer went through the step: they were stuck reclaiming
+        # memory, the memory ran out first (Slurm drains the node for 'Kill task failed' either way)
+        first = min(s.line_no or 0 for s in unkillable)
+        oom = [s for s in strong if s.category == Category.HOST_OOM and s.source == "log" and (s.line_no or 0) < first]
+        if oom:
+            return Choice(Category.HOST_OOM, oom, 0.75, why=(
+                "the step's tasks were OOM-killed before Slurm found processes that would not end: memory ran "
+                "out first"))
     if condemning:
         for cat in _CONDEMN_ORDER + tuple(Category):
             chosen = [s for s in condemning if s.category == cat]
@@ -448,6 +458,7 @@ def _standing_still(b: SignalBuilder) -> Choice | None:
     return None
 
 
+_UNKILLABLE = {"slurm_stepd_not_ending"}  # Slurm could not end a step's processes (Kill task failed)
 _PEER_CRASH = {Category.CUDA_ERROR, Category.APP_ERROR, Category.DATA_IO}  # a process's own death, not a link's
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from workflows.contracts import Category
 
-from tests.detection.real_cases import verdict_of, verdict_of_edited
+from tests.detection.real_cases import sidecar, verdict_of, verdict_of_edited
 
 
 def test_ray_trains_report_barrier_names_the_rank_that_never_reported():
@@ -78,3 +78,19 @@ def test_several_processes_reporting_it_single_none_out(tmp_path):
         return "\n".join(out)
     v = verdict_of_edited("hang-jax-xla-rendezvous-seven-of-eight-threads-process2-m7a03", two_writers, tmp_path)
     assert 2 not in v.implicated.ranks
+
+
+def test_processes_that_would_not_die_after_the_oom_killer_are_a_host_oom():
+    v = verdict_of("host_oom-lightning-srun-dataloader-killed-oom-kill-step-kill-task-failed-k8a06")
+    assert v.category == Category.HOST_OOM
+    assert v.implicated.hosts == []
+
+
+def test_processes_that_would_not_die_with_no_oom_before_are_the_nodes(tmp_path):
+    name = "host_oom-lightning-srun-dataloader-killed-oom-kill-step-kill-task-failed-k8a06"
+    side = {**sidecar(name), "job": {**sidecar(name)["job"], "state": "FAILED"}}
+    v = verdict_of_edited(name, lambda t: "\n".join(l for l in t.splitlines() if "oom" not in l.lower()
+                                                     and "Killed" not in l and "Out Of Memory" not in l),
+                          tmp_path, side=side)
+    assert v.category == Category.NODE_FAILURE
+    assert v.implicated.hosts == ["gn-104"]
