@@ -172,6 +172,12 @@ def implicate(
     if cat in (Category.GPU_HARDWARE, Category.CUDA_ERROR) and len(hosts) == 1 and (
             cat == Category.GPU_HARDWARE or domain == FaultDomain.HARDWARE):
         host = next(iter(hosts))
+        # the driver's own Xid lines on that host name the GPU by its bus id: before an index worked out from a
+        # rank's prefix (a launcher that prints one rank's lines for the node's processes)
+        xid_gpus = {s.gpu for s in b.signals if s.fields.get("xid") and s.gpu and s.host == host
+                    and s.category in (Category.GPU_HARDWARE, Category.INTERCONNECT)}  # NVLink Xids too
+        if len(xid_gpus) == 1 and all(g.count(":") == 1 for g in gpus if g.split(":", 1)[0] == host):
+            gpus = {g for g in gpus if g.split(":", 1)[0] != host} | xid_gpus  # type: ignore[operator]
         if not any(g.split(":", 1)[0] == host for g in gpus if ":" in g):
             gpus |= {f"{host}:{g}" for g in (_gpu_near(b, sigs) or _section_gpu(b, sigs))}
         if not gpus and len(ranks) == 1:

@@ -94,3 +94,15 @@ def test_processes_that_would_not_die_with_no_oom_before_are_the_nodes(tmp_path)
                           tmp_path, side=side)
     assert v.category == Category.NODE_FAILURE
     assert v.implicated.hosts == ["gn-104"]
+
+
+def test_the_drivers_xid_bus_id_names_the_gpu_before_a_rank_prefix_guess():
+    v = verdict_of("gpu_hardware-torchtitan-srun-l-nvlink-uncorrectable-rank19-fqdn-summary-xid74-p6a04")
+    assert v.category == Category.GPU_HARDWARE
+    assert v.implicated.gpus == ["titan-n03:0000:9d:00"]
+
+
+def test_without_the_xid_lines_the_gpu_is_guessed_from_the_rank(tmp_path):
+    v = verdict_of_edited("gpu_hardware-torchtitan-srun-l-nvlink-uncorrectable-rank19-fqdn-summary-xid74-p6a04",
+                          lambda t: "\n".join(l for l in t.splitlines() if "NVRM: Xid" not in l), tmp_path)
+    assert "titan-n03:0000:9d:00" not in v.implicated.gpus
