@@ -193,6 +193,28 @@ def _parse_torchtitan(line: str) -> ProgressSample | None:
     )
 
 
+# --------------------------------------------------------------------------- fairseq
+
+# '... | INFO | train_inner | epoch 004:   2200 / 6402 loss=4.266, ..., wps=198640, ..., num_updates=21399, ...':
+# num_updates is the global step (the batch counter starts again each epoch)
+_FAIRSEQ = re.compile(r"\bnum_updates=([0-9]+)")
+_FAIRSEQ_LOSS = re.compile(r"(?:^|[ |])loss=(" + _NUM + ")")
+_FAIRSEQ_WPS = re.compile(r"\bwps=(" + _NUM + ")")
+
+
+def _parse_fairseq(line: str) -> ProgressSample | None:
+    m = _FAIRSEQ.search(line)
+    if m is None:
+        return None
+    loss, wps = _FAIRSEQ_LOSS.search(line), _FAIRSEQ_WPS.search(line)
+    return ProgressSample(
+        iteration=int(m.group(1)),
+        loss=_float(loss.group(1)) if loss else None,
+        throughput=_float(wps.group(1)) if wps else None,
+        source="fairseq",
+    )
+
+
 # --------------------------------------------------------------------------- tqdm / Lightning
 
 _BAR = re.compile(r"\|\s*([0-9]+)/([0-9]+)\s*\[([^\]]*)\]?")
@@ -346,7 +368,7 @@ def parse_checkpoint_line(line: str, *, line_no: int | None = None) -> ProgressS
 
 # --------------------------------------------------------------------------- entry points
 
-_PARSERS = (_parse_megatron, _parse_torchtitan, _parse_bar, _parse_deepspeed, _parse_hf_dict, _parse_plain)
+_PARSERS = (_parse_megatron, _parse_torchtitan, _parse_fairseq, _parse_bar, _parse_deepspeed, _parse_hf_dict, _parse_plain)
 
 
 def parse_progress_line(line: str, *, line_no: int | None = None) -> ProgressSample | None:

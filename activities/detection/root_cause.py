@@ -334,6 +334,8 @@ _BARRIER_TASK = re.compile(r"^\s*/job:[A-Za-z_]+/replica:[0-9]+/task:([0-9]+)\s*
 _BARRIER_LISTS = 8  # lines below a barrier report that may list the tasks that never (or did) arrive
 _REPORTED = re.compile(r"\{[0-9]{1,6}: [0-9.]{1,12}(?:, [0-9]{1,6}: [0-9.]{1,12}){0,4095}\}$")  # Ray: rank -> seconds waited
 # Lightning's 'initializing ddp: GLOBAL_RANK: 5, MEMBER: 6/12' (newer: 'Initializing distributed: ...'), one per process
+_NCCL_INIT = re.compile(r"comm 0x[0-9a-fA-F]{1,16} rank ([0-9]{1,6}) nranks ([0-9]{1,6}) .{0,160}?commId (0x[0-9a-fA-F]{1,16})"
+                        r" - Init (START|COMPLETE)")
 _MEMBER = re.compile(r"(?i)initializing (?:ddp|distributed): GLOBAL_RANK: ([0-9]{1,6}), MEMBER: [0-9]{1,6}/([0-9]{1,6})")
 
 
@@ -374,32 +376,47 @@ def _absent_from_barrier(b: SignalBuilder, hang: list[Signal]) -> set[int]:
 
 
 def _members_missing(b: SignalBuilder) -> Choice | None:
-    """A running job whose processes announce themselves as members of the group ('initializing ddp:
-    GLOBAL_RANK: 5, MEMBER: 6/12') where some never did and nothing came after: the group is waiting for them.
-    The missing ranks, and their node when they are all one node's of several."""
-    seen: set[int] = set()
-    world = 0
-    last = 0
+    """A running job whose processes announce themselves as members of a group where some never did, and
+    nothing came after: the group is waiting for them. Lightning's 'initializing ddp: GLOBAL_RANK: 5, MEMBER:
+    6/12'; NCCL's 'comm 0x... rank 4 nranks 8 ... commId 0x... - Init START' for a communicator no rank finished
+    ('Init COMPLETE'). The missing ranks, and their node when they are all one node's of several."""
+    groups: dict[str, tuple[set[int], int, int]] = {}  # group -> (ranks seen, world, last line)
+    complete: set[str] = set()
     for n, line in b.lines:
-        m = _MEMBER.search(b._strip(line))
-        if m:
-            seen.add(int(m.group(1)))
-            world = max(world, int(m.group(2)))
-            last = n
-    if not seen or not world or world > 65536 or max(seen) >= world:
-        return None
-    missing = set(range(world)) - seen
-    if not missing or len(missing) * 2 > world or b.progressed_after(last, lines=1):
-        return None
-    hosts = {b.host_of_rank(r) for r in missing}
-    named = sorted(h for h in hosts if h) if len(hosts) == 1 and None not in hosts and len(b.job_hosts) > 1 else []
-    line = dict(b.lines).get(last, "")
-    sig = Signal(Category.HANG, FaultDomain.UNKNOWN, "error", "cause", False, "log", line, line_no=last,
-                 pattern_id="group_members_missing", text=f"{len(seen)} of {world} members joined")
-    b.signals.append(sig)
-    return Choice(Category.HANG, [sig], 0.55, hosts=named, ranks=sorted(missing), why=(
-        f"only {len(seen)} of {world} processes joined the group and nothing came after; rank(s) "
-        f"{', '.join(map(str, sorted(missing)))}{' on ' + named[0] if named else ''} never did"))
+        text = b._strip(line)
+        m = _MEMBER.search(text)
+        key = "ddp"
+        if m is None:
+            m = _NCCL_INIT.search(text)
+            if m is not None and m.group(4) == "COMPLETE":
+                complete.add(m.group(3))
+                continue
+            key = m.group(3) if m is not None else ""
+        if m is None:
+            continue
+        seen, world, _ = groups.get(key, (set(), 0, 0))
+        seen.add(int(m.group(1)))
+        groups[key] = (seen, max(world, int(m.group(2))), n)
+    for key, (seen, world, last) in groups.items():
+        if key in complete or not world or world > 65536 or max(seen) >= world:
+            continue
+        missing = set(range(world)) - seen
+        if not missing or len(missing) * 2 > world or b.progressed_after(last, lines=1):
+            continue
+        hosts = {b.host_of_rank(r) for r in missing}
+        # a whole node's processes absent points to the node; one process of a node whose others joined, to itself
+        joined_there = {b.host_of_rank(r) for r in seen} & hosts
+        named = (sorted(h for h in hosts if h) if len(hosts) == 1 and None not in hosts and len(b.job_hosts) > 1
+                 and not joined_there else [])
+        line = dict(b.lines).get(last, "")
+        sig = Signal(Category.HANG, FaultDomain.UNKNOWN, "error", "cause", False, "log", line, line_no=last,
+                     pattern_id="group_members_missing", text=f"{len(seen)} of {world} members joined")
+        b.signals.append(sig)
+        what = "processes joined the group" if key == "ddp" else "ranks started the NCCL communicator's init"
+        return Choice(Category.HANG, [sig], 0.55, hosts=named, ranks=sorted(missing), why=(
+            f"only {len(seen)} of {world} {what} and nothing came after; rank(s) "
+            f"{', '.join(map(str, sorted(missing)))}{' on ' + named[0] if named else ''} never did"))
+    return None
 
 
 def _dumped_while_running(b: SignalBuilder) -> Choice | None:

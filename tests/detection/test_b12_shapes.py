@@ -1,0 +1,51 @@
+"""Culprits and causes in forms first met on batch b12's tune excerpts (tests/corpus/real/tune/).
+
+- fairseq's `train_inner` lines are progress (`num_updates=` is the global step): an OOM fairseq recovered
+  from, with training going on after it, is survived.
+- NCCL's 'comm 0x... rank R nranks N ... commId C - Init START' lines announce the members of a communicator:
+  a running job where some ranks never started the init of a communicator no rank finished waits for them.
+  Their node is named only when none of its processes joined.
+"""
+
+from __future__ import annotations
+
+from activities.detection.progress import parse_progress_line
+from workflows.contracts import Category
+
+from tests.detection.real_cases import verdict_of, verdict_of_edited
+
+FAIRSEQ = ("2025-07-28 02:14:24 | INFO | train_inner | epoch 004:   2200 / 6402 loss=4.266, nll_loss=2.598, ppl=6.05, "
+           "wps=198640, ups=2.41, wpb=82377.0, bsz=2871.8, num_updates=21399, lr=0.000432279, gnorm=0.318")
+
+
+def test_fairseq_train_inner_lines_are_progress():
+    sample = parse_progress_line(FAIRSEQ)
+    assert sample is not None
+    assert (sample.iteration, sample.loss, sample.throughput) == (21399, 4.266, 198640.0)
+
+
+def test_an_oom_fairseq_recovered_from_is_survived():
+    v = verdict_of("none-fairseq-oom-recovered-batch-skipped-continues-h6a14")
+    assert v.category == Category.NONE
+
+
+def test_an_oom_with_no_training_after_it_is_not(tmp_path):
+    v = verdict_of_edited("none-fairseq-oom-recovered-batch-skipped-continues-h6a14",
+                          lambda t: "\n".join(l for l in t.splitlines() if "train_inner" not in l
+                                              or "2100 / 6402" in l), tmp_path)
+    assert v.category == Category.GPU_OOM
+
+
+def test_a_rank_that_never_started_the_communicators_init_is_the_hang():
+    v = verdict_of("hang-ray-megatron-actor-weight-sync-rank5-never-inits-t2a08")
+    assert v.category == Category.HANG
+    assert (v.implicated.hosts, v.implicated.ranks) == ([], [5])
+
+
+def test_a_communicator_that_completed_its_init_is_no_hang(tmp_path):
+    v = verdict_of_edited("hang-ray-megatron-actor-weight-sync-rank5-never-inits-t2a08",
+                          lambda t: t.replace("$ ray list actors", "(MegatronActor pid=30411, ip=10.128.4.11) rlhf-w0:"
+                                              "30411:31907 [0] NCCL INFO comm 0x7f76cba0 rank 0 nranks 8 cudaDev 0 "
+                                              "nvmlDev 0 busId 18000 commId 0x9e41c07d2b5a18f3 - Init COMPLETE\n"
+                                              "$ ray list actors"), tmp_path)
+    assert 5 not in v.implicated.ranks
