@@ -49,3 +49,15 @@ def test_a_communicator_that_completed_its_init_is_no_hang(tmp_path):
                                               "nvmlDev 0 busId 18000 commId 0x9e41c07d2b5a18f3 - Init COMPLETE\n"
                                               "$ ray list actors"), tmp_path)
     assert 5 not in v.implicated.ranks
+
+
+def test_a_cudnn_status_error_is_a_cuda_error():
+    v = verdict_of("cuda_error-cudnn-status-not-supported-d2-spawn-process1-u4a11")
+    assert v.category == Category.CUDA_ERROR
+    assert v.implicated.ranks == [1]
+
+
+def test_nccls_socket_message_truncated_is_an_nccl_error_not_the_app():
+    v = verdict_of("nccl_error-socket-message-truncated-buffsize-mismatch-horovod-n5a12")
+    assert v.category == Category.NCCL_ERROR
+    assert v.implicated.hosts == []
