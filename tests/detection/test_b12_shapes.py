@@ -61,3 +61,17 @@ def test_nccls_socket_message_truncated_is_an_nccl_error_not_the_app():
     v = verdict_of("nccl_error-socket-message-truncated-buffsize-mismatch-horovod-n5a12")
     assert v.category == Category.NCCL_ERROR
     assert v.implicated.hosts == []
+
+
+def test_nvidia_smi_showing_hw_thermal_slowdown_active_names_that_node_and_gpu():
+    v = verdict_of("gpu_hardware-hw-thermal-slowdown-straggler-rank22-megatron-submitit-u4a08")
+    assert v.category == Category.GPU_HARDWARE
+    assert (v.implicated.hosts, v.implicated.gpus) == (["h100-b08"], ["h100-b08:0000:ba:00"])
+
+
+def test_hw_slowdown_not_active_is_nothing(tmp_path):
+    v = verdict_of_edited("gpu_hardware-hw-thermal-slowdown-straggler-rank22-megatron-submitit-u4a08",
+                          lambda t: t.replace("Slowdown           : Active", "Slowdown           : Not Active")
+                          .replace("HW Slowdown                       : Active", "HW Slowdown                       : Not Active"),
+                          tmp_path)
+    assert v.category != Category.GPU_HARDWARE
