@@ -177,7 +177,7 @@ def implicate(
         xid_gpus = {s.gpu for s in b.signals if s.fields.get("xid") and s.gpu and s.host == host
                     and s.category in (Category.GPU_HARDWARE, Category.INTERCONNECT)}  # NVLink Xids too
         if len(xid_gpus) == 1 and all(g.count(":") == 1 for g in gpus if g.split(":", 1)[0] == host):
-            gpus = {g for g in gpus if g.split(":", 1)[0] != host} | xid_gpus  # type: ignore[operator]
+            gpus = {g for g in gpus if g.split(":", 1)[0] != host} | xid_gpus
         if not any(g.split(":", 1)[0] == host for g in gpus if ":" in g):
             gpus |= {f"{host}:{g}" for g in (_gpu_near(b, sigs) or _section_gpu(b, sigs))}
         if not gpus and len(ranks) == 1:

@@ -61,8 +61,9 @@ def choose_root_cause(b: SignalBuilder, evidence: JobEvidence) -> Choice:
     if unkillable and len(unkillable) == len(condemning):
         # processes that would not die after the OOM killer went through the step: they were stuck reclaiming
         # memory, the memory ran out first (Slurm drains the node for 'Kill task failed' either way)
-        first = min(s.line_no or 0 for s in unkillable)
-        oom = [s for s in strong if s.category == Category.HOST_OOM and s.source == "log" and (s.line_no or 0) < first]
+        stuck_at = min(s.line_no or 0 for s in unkillable)
+        oom = [s for s in strong if s.category == Category.HOST_OOM and s.source == "log"
+               and (s.line_no or 0) < stuck_at]
         if oom:
             return Choice(Category.HOST_OOM, oom, 0.75, why=(
                 "the step's tasks were OOM-killed before Slurm found processes that would not end: memory ran "
