@@ -349,30 +349,29 @@ def _absent_from_barrier(b: SignalBuilder, hang: list[Signal]) -> set[int]:
             absent |= _listed_ranks(s.fields["suspect_rank"])
     reports = [s for s in hang if s.pattern_id == "ray_train_report_barrier" and s.line_no is not None
                and s.fields.get("world")]
-    if reports:
-        text_of = {n: b._strip(line) for n, line in b.lines}
-        for s in reports:
-            world = int(s.fields["world"])
-            for n in range((s.line_no or 0) + 1, (s.line_no or 0) + 1 + _BARRIER_LISTS):
-                m = _REPORTED.search(text_of.get(n, "").strip())  # after the actor's '(Name pid=N) ' prefix
-                if m is None:
-                    continue
-                reported = {int(r) for r in re.findall(r"(?:^\{|, )([0-9]{1,6}):", m.group(0))}
-                missing = set(range(world)) - reported
-                if reported and 0 < len(missing) <= max(1, world // 4):
-                    absent |= missing
-                break
     barriers = [s.line_no for s in hang if s.pattern_id == "jax_barrier_timeout" and s.line_no is not None]
-    if barriers:
-        following = {n: b._strip(line) for n, line in b.lines}
-        for at in barriers:
-            for n in range(at + 1, at + 1 + _BARRIER_LISTS):
-                m = _BARRIER_TASK.match(following.get(n, ""))
-                if m is None:
-                    if n in following and following[n].strip():
-                        break
-                    continue
-                absent.add(int(m.group(1)))
+    if not reports and not barriers:
+        return absent
+    text_of = {n: b._strip(line) for n, line in b.lines}  # the lines below a report, without their prefixes
+    for s in reports:
+        world = int(s.fields["world"])
+        for n in range((s.line_no or 0) + 1, (s.line_no or 0) + 1 + _BARRIER_LISTS):
+            m = _REPORTED.search(text_of.get(n, "").strip())  # after the actor's '(Name pid=N) ' prefix
+            if m is None:
+                continue
+            reported = {int(r) for r in re.findall(r"(?:^\{|, )([0-9]{1,6}):", m.group(0))}
+            missing = set(range(world)) - reported
+            if reported and 0 < len(missing) <= max(1, world // 4):
+                absent |= missing
+            break
+    for at in barriers:
+        for n in range(at + 1, at + 1 + _BARRIER_LISTS):
+            m = _BARRIER_TASK.match(text_of.get(n, ""))
+            if m is None:
+                if n in text_of and text_of[n].strip():
+                    break
+                continue
+            absent.add(int(m.group(1)))
     return absent
 
 

@@ -773,17 +773,15 @@ class SignalBuilder:
 
     def srun_task_hosts(self) -> dict[int, str]:
         """Task id -> node from srun's own lines about its tasks ('srun: error: ndv4-0007: task 2: Exited with exit
-        code 1', 'srun: error: node3: tasks 5-7: Killed'): where a task ran, whatever the layout's arithmetic
-        says (one srun task per node running torchrun, a layout given in ranks). Tasks named on two nodes: none."""
+        code 1', 'srun: error: node3: tasks 5-7: Killed'; the launcher reports): where a task ran, whatever the
+        layout's arithmetic says (one srun task per node running torchrun, a layout given in ranks). Tasks named
+        on two nodes: none."""
         seen: dict[int, set[str]] = {}
-        for _, line in self.lines:
-            m = _SRUN_TASKS.search(line)
-            if m is None:
-                continue
-            host = self._norm_host(m.group(1))
+        for report in self.launches:
+            host = self._norm_host(report.host) if report.launcher == "srun" else None
             if not host or (self.job_hosts and host not in self.job_hosts):
                 continue
-            for task in _task_list(m.group(2)):
+            for task in report.ids:
                 seen.setdefault(task, set()).add(host)
         return {t: next(iter(h)) for t, h in seen.items() if len(h) == 1}
 
@@ -830,21 +828,6 @@ class SignalBuilder:
         per_node = max(1, math.ceil(max(world, rank + 1) / len(layout.nodes)))
         index = rank // per_node
         return layout.nodes[index] if index < len(layout.nodes) else None
-
-
-_SRUN_TASKS = re.compile(r"srun: error: ([A-Za-z0-9._-]{1,63}): tasks? ([0-9][0-9,-]{0,40}): ")
-
-
-def _task_list(text: str) -> list[int]:
-    """'5-7,9' -> [5, 6, 7, 9] (at most 4096 ids: a range is never a reason to loop for long)."""
-    out: list[int] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        if not lo.isdigit() or (hi and not hi.isdigit()):
-            continue
-        first, last = int(lo), int(hi or lo)
-        out.extend(range(first, min(last, first + 4096) + 1))
-    return out
 
 
 _DUMP_PID = re.compile(r"(?:\bpid[ =:]{0,2}|--pid[ =]{1,2}|^Process |Stack dump for [^ ]{1,32} +)([0-9]{1,9})")

@@ -37,3 +37,18 @@ def verdict_of_edited(name: str, edit, tmp_path: Path, *, side: dict | None = No
     log = tmp_path / f"{name}.log"
     log.write_text(edit((TUNE / f"{name}.log").read_text()))
     return BENCH.run_case(log, side if side is not None else sidecar(name), catalogue=CATALOGUE)
+
+
+def expect(name: str, category, *, hosts: list[str] | None = None, ranks: list[int] | None = None,
+           gpus: list[str] | None = None):
+    """The verdict on tune case `name`, checked: its category, and the hosts, ranks and GPUs given (those left
+    out are not checked). Returns the verdict for further checks."""
+    v = verdict_of(name)
+    assert v.category == category, v.explanation
+    if hosts is not None:
+        assert v.implicated.hosts == hosts, v.explanation
+    if ranks is not None:
+        assert v.implicated.ranks == ranks, v.explanation
+    if gpus is not None:
+        assert v.implicated.gpus == gpus, v.explanation
+    return v

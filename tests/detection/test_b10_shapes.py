@@ -16,13 +16,11 @@ from pathlib import Path
 
 from workflows.contracts import Category
 
-from tests.detection.real_cases import BENCH, CATALOGUE, verdict_of, verdict_of_edited
+from tests.detection.real_cases import expect, BENCH, CATALOGUE, verdict_of_edited
 
 
 def test_a_monitored_barrier_names_the_stuck_rank_and_the_victims_exceptions_are_not_bugs():
-    v = verdict_of("hang-gloo-monitored-barrier-rank11-victims-blame-rank0-x2a04")
-    assert v.category == Category.HANG
-    assert (v.implicated.hosts, v.implicated.ranks) == (["mb-02"], [11])
+    expect("hang-gloo-monitored-barrier-rank11-victims-blame-rank0-x2a04", Category.HANG, hosts=["mb-02"], ranks=[11])
 
 
 def test_without_the_barrier_report_the_rank_is_not_named(tmp_path):
@@ -34,9 +32,7 @@ def test_without_the_barrier_report_the_rank_is_not_named(tmp_path):
 
 
 def test_a_jax_barrier_timeout_names_the_task_listed_below_it():
-    v = verdict_of("hang-jax-coordination-barrier-timed-out-task2-x2a02")
-    assert v.category == Category.HANG
-    assert (v.implicated.hosts, v.implicated.ranks) == (["jx-g03"], [2])
+    expect("hang-jax-coordination-barrier-timed-out-task2-x2a02", Category.HANG, hosts=["jx-g03"], ranks=[2])
 
 
 def test_a_jax_barrier_task_list_is_read_only_right_below_the_timeout(tmp_path):
@@ -58,9 +54,7 @@ def test_a_watchdog_timeout_beside_a_monitored_barrier_takes_its_suspect():
 
 
 def test_pdsh_prefixed_py_spy_dumps_are_the_prefix_nodes_processes():
-    v = verdict_of("hang-pyspy-deepspeed-init-rank5-stuck-in-to-device-x2a03")
-    assert v.category == Category.HANG
-    assert (v.implicated.hosts, v.implicated.ranks) == (["gpu-c12"], [5])
+    expect("hang-pyspy-deepspeed-init-rank5-stuck-in-to-device-x2a03", Category.HANG, hosts=["gpu-c12"], ranks=[5])
 
 
 def test_without_the_prefix_the_local_rank_is_not_placed(tmp_path):
@@ -73,9 +67,7 @@ def test_without_the_prefix_the_local_rank_is_not_placed(tmp_path):
 def test_srun_says_where_a_task_ran_whatever_the_layout_arithmetic():
     # 'srun -l' task 2 runs torchrun on the third node; the layout is given in ranks (8 a node), so task 2 by
     # arithmetic would be the first node: srun's own 'ndv4-0007: task 2: Exited' line says otherwise
-    v = verdict_of("gpu_hardware-nvlink-s-inactive-links-megatron-srun-w1a02")
-    assert v.category == Category.GPU_HARDWARE
-    assert v.implicated.hosts == ["ndv4-0007"]
+    expect("gpu_hardware-nvlink-s-inactive-links-megatron-srun-w1a02", Category.GPU_HARDWARE, hosts=["ndv4-0007"])
 
 
 def test_without_srun_task_lines_the_layout_places_the_task(tmp_path):
@@ -85,27 +77,19 @@ def test_without_srun_task_lines_the_layout_places_the_task(tmp_path):
 
 
 def test_kubernetes_losing_a_node_is_a_node_failure_on_the_node_described():
-    v = verdict_of("node_failure-k8s-kubelet-stopped-posting-pytorchjob-w1a11")
-    assert v.category == Category.NODE_FAILURE
-    assert v.implicated.hosts == ["gpu-node-07"]
+    expect("node_failure-k8s-kubelet-stopped-posting-pytorchjob-w1a11", Category.NODE_FAILURE, hosts=["gpu-node-07"])
 
 
 def test_a_pod_name_beside_the_node_it_ran_on_is_not_blamed():
-    v = verdict_of("node_failure-aks-vmss-node-rebooted-mpijob-horovod-w1a12")
-    assert v.category == Category.NODE_FAILURE
-    assert v.implicated.hosts == ["aks-ndv5-31662058-vmss000004"]
+    expect("node_failure-aks-vmss-node-rebooted-mpijob-horovod-w1a12", Category.NODE_FAILURE, hosts=["aks-ndv5-31662058-vmss000004"])
 
 
 def test_one_node_alone_failing_its_efa_event_queue_is_that_nodes_fabric():
-    v = verdict_of("interconnect-efa-rxr-eq-enomem-one-instance-memlock-srun-y3a04")
-    assert v.category == Category.INTERCONNECT
-    assert v.implicated.hosts == ["ip-10-1-7-88"]
+    expect("interconnect-efa-rxr-eq-enomem-one-instance-memlock-srun-y3a04", Category.INTERCONNECT, hosts=["ip-10-1-7-88"])
 
 
 def test_torch_multiprocessing_spawn_names_the_process_that_failed():
-    v = verdict_of("cuda_error-mp-spawn-cublas-execution-failed-process1-z4a08")
-    assert v.category == Category.CUDA_ERROR
-    assert v.implicated.ranks == [1]
+    expect("cuda_error-mp-spawn-cublas-execution-failed-process1-z4a08", Category.CUDA_ERROR, ranks=[1])
 
 
 def test_without_spawns_report_no_rank_is_taken_from_it(tmp_path):
@@ -115,9 +99,7 @@ def test_without_spawns_report_no_rank_is_taken_from_it(tmp_path):
 
 
 def test_p2p_disabled_between_nvlink_connected_gpus_is_hardware_not_a_benign_p2p_note():
-    v = verdict_of("gpu_hardware-nccl-p2p-disabled-nvlink-pair-torchrun-w1a01")
-    assert v.category == Category.GPU_HARDWARE
-    assert v.implicated.hosts == ["gpu-b07"]
+    expect("gpu_hardware-nccl-p2p-disabled-nvlink-pair-torchrun-w1a01", Category.GPU_HARDWARE, hosts=["gpu-b07"])
 
 
 def test_p2p_disabled_for_another_reason_stays_benign(tmp_path):
@@ -128,8 +110,7 @@ def test_p2p_disabled_for_another_reason_stays_benign(tmp_path):
 
 
 def test_stack_dumps_of_a_running_job_with_no_progress_after_them_are_a_hang():
-    v = verdict_of("hang-pyspy-stage3-partition-grads-all-i3h05")
-    assert v.category == Category.HANG
+    expect("hang-pyspy-stage3-partition-grads-all-i3h05", Category.HANG)
 
 
 def test_stack_dumps_followed_by_progress_are_not(tmp_path):

@@ -13,13 +13,11 @@ from __future__ import annotations
 
 from workflows.contracts import Category
 
-from tests.detection.real_cases import sidecar, verdict_of, verdict_of_edited
+from tests.detection.real_cases import expect, sidecar, verdict_of_edited
 
 
 def test_ray_trains_report_barrier_names_the_rank_that_never_reported():
-    v = verdict_of("hang-ray-train-report-barrier-rank11-never-reports-m7a02")
-    assert v.category == Category.HANG
-    assert v.implicated.ranks == [11]
+    expect("hang-ray-train-report-barrier-rank11-never-reports-m7a02", Category.HANG, ranks=[11])
 
 
 def test_a_report_list_with_everyone_names_no_one(tmp_path):
@@ -29,9 +27,7 @@ def test_a_report_list_with_everyone_names_no_one(tmp_path):
 
 
 def test_lightning_members_that_never_joined_are_the_hang_and_their_node():
-    v = verdict_of("hang-lightning-ddp-init-third-node-members-never-join-m7a04")
-    assert v.category == Category.HANG
-    assert (v.implicated.hosts, v.implicated.ranks) == (["dgx-c16"], [8, 9, 10, 11])
+    expect("hang-lightning-ddp-init-third-node-members-never-join-m7a04", Category.HANG, hosts=["dgx-c16"], ranks=[8, 9, 10, 11])
 
 
 def test_every_member_joined_is_no_hang(tmp_path):
@@ -43,9 +39,7 @@ def test_every_member_joined_is_no_hang(tmp_path):
 
 
 def test_a_crash_at_the_far_end_of_every_failed_link_is_the_cause():
-    v = verdict_of("cuda_error-deepspeed-pdsh-cublas-exec-failed-rank21-below-ib-wall-k8a04")
-    assert v.category == Category.CUDA_ERROR
-    assert v.implicated.hosts == []
+    expect("cuda_error-deepspeed-pdsh-cublas-exec-failed-rank21-below-ib-wall-k8a04", Category.CUDA_ERROR, hosts=[])
 
 
 def test_without_the_far_ends_crash_the_links_are_the_cause(tmp_path):
@@ -55,16 +49,12 @@ def test_without_the_far_ends_crash_the_links_are_the_cause(tmp_path):
 
 
 def test_every_node_of_the_job_reporting_the_same_transport_error_blames_none():
-    v = verdict_of("interconnect-mpirun-nccl-tests-ucx-docker0-bridge-addr-refused-m7a09")
-    assert v.category == Category.INTERCONNECT
-    assert v.implicated.hosts == []
+    v = expect("interconnect-mpirun-nccl-tests-ucx-docker0-bridge-addr-refused-m7a09", Category.INTERCONNECT, hosts=[])
     assert "no node is singled out" in v.explanation
 
 
 def test_one_process_alone_reporting_its_xla_rendezvous_stuck_is_where_the_job_stands_still():
-    v = verdict_of("hang-jax-xla-rendezvous-seven-of-eight-threads-process2-m7a03")
-    assert v.category == Category.HANG
-    assert (v.implicated.hosts, v.implicated.ranks) == (["a3-pp09"], [2])
+    expect("hang-jax-xla-rendezvous-seven-of-eight-threads-process2-m7a03", Category.HANG, hosts=["a3-pp09"], ranks=[2])
 
 
 def test_several_processes_reporting_it_single_none_out(tmp_path):
@@ -81,9 +71,7 @@ def test_several_processes_reporting_it_single_none_out(tmp_path):
 
 
 def test_processes_that_would_not_die_after_the_oom_killer_are_a_host_oom():
-    v = verdict_of("host_oom-lightning-srun-dataloader-killed-oom-kill-step-kill-task-failed-k8a06")
-    assert v.category == Category.HOST_OOM
-    assert v.implicated.hosts == []
+    expect("host_oom-lightning-srun-dataloader-killed-oom-kill-step-kill-task-failed-k8a06", Category.HOST_OOM, hosts=[])
 
 
 def test_processes_that_would_not_die_with_no_oom_before_are_the_nodes(tmp_path):
@@ -97,9 +85,7 @@ def test_processes_that_would_not_die_with_no_oom_before_are_the_nodes(tmp_path)
 
 
 def test_the_drivers_xid_bus_id_names_the_gpu_before_a_rank_prefix_guess():
-    v = verdict_of("gpu_hardware-torchtitan-srun-l-nvlink-uncorrectable-rank19-fqdn-summary-xid74-p6a04")
-    assert v.category == Category.GPU_HARDWARE
-    assert v.implicated.gpus == ["titan-n03:0000:9d:00"]
+    expect("gpu_hardware-torchtitan-srun-l-nvlink-uncorrectable-rank19-fqdn-summary-xid74-p6a04", Category.GPU_HARDWARE, gpus=["titan-n03:0000:9d:00"])
 
 
 def test_without_the_xid_lines_the_gpu_is_guessed_from_the_rank(tmp_path):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from activities.detection.progress import parse_progress_line
 from workflows.contracts import Category
 
-from tests.detection.real_cases import verdict_of, verdict_of_edited
+from tests.detection.real_cases import expect, verdict_of_edited
 
 FAIRSEQ = ("2025-07-28 02:14:24 | INFO | train_inner | epoch 004:   2200 / 6402 loss=4.266, nll_loss=2.598, ppl=6.05, "
            "wps=198640, ups=2.41, wpb=82377.0, bsz=2871.8, num_updates=21399, lr=0.000432279, gnorm=0.318")
@@ -25,8 +25,7 @@ def test_fairseq_train_inner_lines_are_progress():
 
 
 def test_an_oom_fairseq_recovered_from_is_survived():
-    v = verdict_of("none-fairseq-oom-recovered-batch-skipped-continues-h6a14")
-    assert v.category == Category.NONE
+    expect("none-fairseq-oom-recovered-batch-skipped-continues-h6a14", Category.NONE)
 
 
 def test_an_oom_with_no_training_after_it_is_not(tmp_path):
@@ -37,9 +36,7 @@ def test_an_oom_with_no_training_after_it_is_not(tmp_path):
 
 
 def test_a_rank_that_never_started_the_communicators_init_is_the_hang():
-    v = verdict_of("hang-ray-megatron-actor-weight-sync-rank5-never-inits-t2a08")
-    assert v.category == Category.HANG
-    assert (v.implicated.hosts, v.implicated.ranks) == ([], [5])
+    expect("hang-ray-megatron-actor-weight-sync-rank5-never-inits-t2a08", Category.HANG, hosts=[], ranks=[5])
 
 
 def test_a_communicator_that_completed_its_init_is_no_hang(tmp_path):
@@ -52,21 +49,15 @@ def test_a_communicator_that_completed_its_init_is_no_hang(tmp_path):
 
 
 def test_a_cudnn_status_error_is_a_cuda_error():
-    v = verdict_of("cuda_error-cudnn-status-not-supported-d2-spawn-process1-u4a11")
-    assert v.category == Category.CUDA_ERROR
-    assert v.implicated.ranks == [1]
+    expect("cuda_error-cudnn-status-not-supported-d2-spawn-process1-u4a11", Category.CUDA_ERROR, ranks=[1])
 
 
 def test_nccls_socket_message_truncated_is_an_nccl_error_not_the_app():
-    v = verdict_of("nccl_error-socket-message-truncated-buffsize-mismatch-horovod-n5a12")
-    assert v.category == Category.NCCL_ERROR
-    assert v.implicated.hosts == []
+    expect("nccl_error-socket-message-truncated-buffsize-mismatch-horovod-n5a12", Category.NCCL_ERROR, hosts=[])
 
 
 def test_nvidia_smi_showing_hw_thermal_slowdown_active_names_that_node_and_gpu():
-    v = verdict_of("gpu_hardware-hw-thermal-slowdown-straggler-rank22-megatron-submitit-u4a08")
-    assert v.category == Category.GPU_HARDWARE
-    assert (v.implicated.hosts, v.implicated.gpus) == (["h100-b08"], ["h100-b08:0000:ba:00"])
+    expect("gpu_hardware-hw-thermal-slowdown-straggler-rank22-megatron-submitit-u4a08", Category.GPU_HARDWARE, hosts=["h100-b08"], gpus=["h100-b08:0000:ba:00"])
 
 
 def test_hw_slowdown_not_active_is_nothing(tmp_path):
