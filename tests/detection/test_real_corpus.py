@@ -72,8 +72,8 @@ def test_corpus_size_classes_and_benign_share():
     assert min(per_class.values()) >= 10, per_class
     assert per_class["none"] >= 40
     # about 2:1; split.py sends every third case of each class of a batch to holdout, so a batch of many small
-    # classes gives fewer (b10: 46 tune, 15 holdout): 733/304 = 2.41 after it
-    assert 1.7 <= len(tune) / len(holdout) <= 2.5
+    # classes gives fewer (b10: 46 tune, 15 holdout): 733/304 = 2.41 after it, 869/345 = 2.52 after b13 (47/13)
+    assert 1.7 <= len(tune) / len(holdout) <= 2.6
 
 
 def test_every_case_follows_the_format():
