@@ -75,6 +75,15 @@ def implicate(
             else:
                 hosts |= set(blamed)
             choice.why = (choice.why + "; " if choice.why else "") + why
+    if cat == Category.NCCL_ERROR and not hosts:
+        # NCCL sockets closed or reset from one node's end ('Connection closed by remote peer ADDR'): its process
+        # went away first (the reporters are the ones left behind)
+        closers = {s.host for s in link_lines if s.pattern_id == "nccl_socket_peer_closed"
+                   and s.host_from == "message" and s.host}
+        if len(closers) == 1 and (not b.job_hosts or closers <= b.job_hosts):
+            hosts |= closers
+            choice.why = (choice.why + "; " if choice.why else "") + (
+                f"the NCCL connections were closed from {next(iter(closers))}'s end")
     if cat == Category.INTERCONNECT and not hosts:
         # a port a node's own tool shows down (ibstat, ibv_devinfo, rdma link) is that node's NIC or cable;
         # the transfer errors on the other nodes are what its peers saw of it

@@ -151,6 +151,9 @@ def fatal_signal(tail: Sequence[tuple[int, str]], job: JobInfo | None, strip: Ca
     signum: int | None
     for n, raw in reversed(tail):
         text = strip(raw).strip()
+        named = {signum for rx, signum in _SIGNAL_WORDS if rx.search(text)}
+        if len(named) > 1:
+            continue  # a line naming several signals lists what may have happened (Ray's 'potential root causes')
         for rx, signum in _SIGNAL_WORDS:
             if rx.search(text):
                 found = (signum, n, text)

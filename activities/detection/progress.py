@@ -43,7 +43,7 @@ class ProgressSample(Contract):
     checkpoint_iteration: int | None = None
     checkpoint: bool = False
     line_no: int | None = None
-    source: str = ""  # megatron | deepspeed | torchtitan | tqdm | lightning | hf | plain | checkpoint | learned | user_pattern
+    source: str = ""  # megatron | deepspeed | torchtitan | fairseq | mmengine | tqdm | lightning | hf | plain | checkpoint | learned | user_pattern
     finished: bool = False  # the line shows done == total (a finished bar: the next phase may print nothing we know)
     shown_iteration: int | None = None  # the number to show people when `iteration` is not comparable (learned)
 
@@ -191,6 +191,29 @@ def _parse_torchtitan(line: str) -> ProgressSample | None:
         throughput=_float(tps.group(1)) if tps else None,
         source="torchtitan",
     )
+
+
+# --------------------------------------------------------------------------- mmengine (OpenMMLab)
+
+# '... - mmengine - INFO - Iter(train) [  20/400000]  lr: 1.0e-04  eta: ...  time: 2.4917  data_time: ...  loss: 0.77'
+# '... - mmengine - INFO - Epoch(train)  [3][ 50/1173]  lr: ...  time: 0.4312  ...  loss: 1.2034': the batch counter
+# starts again each epoch, so the step is counted over epochs; validation lines (`Epoch(val)`) are no training
+_MMENGINE = re.compile(r"\b(?:Iter|Epoch)\(train\)\s*(?:\[\s*([0-9]+)\s*\])?\s*\[\s*([0-9]+)\s*/\s*([0-9]+)\s*\]")
+_MM_TIME = re.compile(r"(?:^|\s)time:\s*(" + _NUM + ")")
+_MM_LOSS = re.compile(r"(?:^|\s)loss:\s*(" + _NUM + ")")
+
+
+def _parse_mmengine(line: str) -> ProgressSample | None:
+    m = _MMENGINE.search(line)
+    if m is None:
+        return None
+    step, total = int(m.group(2)), int(m.group(3))
+    if m.group(1) is not None:  # epoch-based: the epochs before this one ran `total` batches each
+        step += (max(1, int(m.group(1))) - 1) * total
+    rest = line[m.end():]
+    time_s, loss = _MM_TIME.search(rest), _MM_LOSS.search(rest)
+    return ProgressSample(iteration=step, loss=_float(loss.group(1)) if loss else None,
+                          iter_time_s=_float(time_s.group(1)) if time_s else None, source="mmengine")
 
 
 # --------------------------------------------------------------------------- fairseq
@@ -368,7 +391,7 @@ def parse_checkpoint_line(line: str, *, line_no: int | None = None) -> ProgressS
 
 # --------------------------------------------------------------------------- entry points
 
-_PARSERS = (_parse_megatron, _parse_torchtitan, _parse_fairseq, _parse_bar, _parse_deepspeed, _parse_hf_dict, _parse_plain)
+_PARSERS = (_parse_megatron, _parse_torchtitan, _parse_fairseq, _parse_mmengine, _parse_bar, _parse_deepspeed, _parse_hf_dict, _parse_plain)
 
 
 def parse_progress_line(line: str, *, line_no: int | None = None) -> ProgressSample | None:

@@ -125,6 +125,12 @@ def choose_root_cause(b: SignalBuilder, evidence: JobEvidence) -> Choice:
     #    error from the same process is that error's traceback (the last exception is what matters)
     software = [s for s in causes if s.category in _SOFTWARE]
     software = [s for s in software if not _superseded(s, software)]
+    timed_out_at = min((s.line_no for s in causes if s.category == Category.NCCL_TIMEOUT and s.line_no is not None),
+                       default=None)
+    if timed_out_at is not None:
+        # an abort after a collective timed out is the watchdog taking the process down, not a crash of its own
+        software = [s for s in software if not (s.pattern_id == "fatal_python_error" and "Aborted" in s.line
+                                                and (s.line_no or 0) > timed_out_at)]
     if software:
         first = min(software, key=lambda s: (s.order, _SOFTWARE_TIE[s.category]))
         crashed = _far_end_crashed(software, first)
@@ -192,6 +198,11 @@ def choose_root_cause(b: SignalBuilder, evidence: JobEvidence) -> Choice:
     if job_failed:
         weak += [s for s in sigs if s.severity == "warning" and s.category != Category.NONE]
     weak = [s for s in weak if before_cutoff(s) and id(s) not in recovered]
+    exited = [s.line_no for s in sigs if s.pattern_id == "srun_task_exit_code" and s.line_no is not None]
+    if exited:
+        # srun kills the step's other tasks once one exits with an error: a 'task N: Killed' after that is srun's
+        weak = [s for s in weak if not (s.pattern_id == "process_sigkill" and "srun: error:" in s.line
+                                        and (s.line_no or 0) > min(exited))]
     if any(s.pattern_id not in DEATH_REPORTS for s in weak):
         weak = [s for s in weak if s.pattern_id not in DEATH_REPORTS]  # "a worker failed" says nothing of why
     for cat in _SYMPTOM_ORDER:
@@ -215,6 +226,11 @@ def choose_root_cause(b: SignalBuilder, evidence: JobEvidence) -> Choice:
             return standing
         dumped = _dumped_while_running(b) or _members_missing(b)
         if dumped is not None:
+            return dumped
+    if job is not None and job.state == JobState.CANCELLED and not evidence.hang_suspected:
+        dumped = _dumped_while_running(b)  # someone looked at the stuck ranks' stacks, then cancelled the job
+        if dumped is not None:
+            dumped.why = dumped.why.replace("of the running job", "of the job") + ", and then it was cancelled"
             return dumped
     if evidence.hang_suspected:
         return Choice(Category.HANG, [hang_fact(evidence)], 0.6, hosts=sorted(set(evidence.straggler_hosts)))
@@ -347,6 +363,9 @@ def _absent_from_barrier(b: SignalBuilder, hang: list[Signal]) -> set[int]:
     for s in hang:
         if s.fields.get("suspect_rank"):
             absent |= _listed_ranks(s.fields["suspect_rank"])
+    stores = [s for s in hang if s.pattern_id == "store_barrier_timeout" and s.fields.get("world")]
+    if stores:
+        absent |= _never_added_key(b, int(stores[0].fields["world"]))
     reports = [s for s in hang if s.pattern_id == "ray_train_report_barrier" and s.line_no is not None
                and s.fields.get("world")]
     barriers = [s.line_no for s in hang if s.pattern_id == "jax_barrier_timeout" and s.line_no is not None]
@@ -373,6 +392,17 @@ def _absent_from_barrier(b: SignalBuilder, hang: list[Signal]) -> set[int]:
                 continue
             absent.add(int(m.group(1)))
     return absent
+
+
+_ADDED_KEY = re.compile(r"Added key: store_based_barrier_key:[0-9]{1,6} to store for rank: ([0-9]{1,6})")
+
+
+def _never_added_key(b: SignalBuilder, world: int) -> set[int]:
+    """The ranks of a store-based barrier that never said 'Added key: ... to store for rank: R' when the others
+    did (a few of many; nothing when no rank said it, as with logging below INFO)."""
+    added = {int(m.group(1)) for _, line in b.lines if (m := _ADDED_KEY.search(line))}
+    missing = set(range(world)) - added
+    return missing if added and 0 < len(missing) <= max(1, world // 4) else set()
 
 
 def _members_missing(b: SignalBuilder) -> Choice | None:

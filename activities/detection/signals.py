@@ -114,6 +114,7 @@ class SignalBuilder:
         self.tracebacks: dict[tuple, int] = {}  # source key -> line of the last "Traceback" start
         self.rank_host: dict[int, str] = {}  # learnt from lines naming both
         self.tail: list[tuple[int, str]] = []  # the last lines of the output, flagged or not
+        self._marks: list[tuple[int, int]] | None = None  # progress lines of `tail` (set before the first read)
         self.specific_lines: set[int] = set()  # lines a specific catalogue pattern already explains
         # stack dumps, per process that printed one: does any of its threads wait in a collective?
         self.dumps: dict[tuple, bool] = {}
@@ -389,15 +390,20 @@ class SignalBuilder:
         return sum(layout.tasks_per_node[:index]) + local_rank
 
     def progressed_after(self, line_no: int, *, lines: int = 2) -> bool:
-        """Training went on after `line_no`: `lines` progress lines later in the output, the number growing."""
-        seen: list[int] = []
-        for n, line in self.tail:
-            if n <= line_no:
-                continue
-            sample = parse_progress_line(self._strip(line))
-            if sample is not None and sample.iteration is not None:
-                seen.append(sample.iteration)
-        return len(seen) >= lines and seen[-1] > seen[0]
+        """Training went on after `line_no`: `lines` progress lines later in the output, and not all at one number
+        (a bar that starts again each epoch counts as going on; the same line printed again does not)."""
+        seen = [iteration for n, iteration in self._progress_marks() if n > line_no]
+        return len(seen) >= lines and len(set(seen)) > 1
+
+    def _progress_marks(self) -> list[tuple[int, int]]:
+        """(line number, iteration) of every progress line of the tail, read once."""
+        if self._marks is None:
+            self._marks = []
+            for n, line in self.tail:
+                sample = parse_progress_line(self._strip(line))
+                if sample is not None and sample.iteration is not None:
+                    self._marks.append((n, sample.iteration))
+        return self._marks
 
     def link_came_back(self, sig: Signal) -> bool:
         """`sig` is a NIC link going down ('mlx5_core 0000:b1:00.1 eth1: Link down') and a later line says the same
@@ -830,7 +836,7 @@ class SignalBuilder:
         return layout.nodes[index] if index < len(layout.nodes) else None
 
 
-_DUMP_PID = re.compile(r"(?:\bpid[ =:]{0,2}|--pid[ =]{1,2}|^Process |Stack dump for [^ ]{1,32} +)([0-9]{1,9})")
+_DUMP_PID = re.compile(r"(?:\bpid[ =:]{0,2}|--pid[ =]{1,2}|\bgdb\b[^#]{0,80}?-p ?|^Process |Stack dump for [^ ]{1,32} +)([0-9]{1,9})")
 _DUMP_LOCAL_RANK = re.compile(r"(?i)\blocal[_ -]?rank[ =:#]{0,2}([0-9]{1,6})")
 _DUMP_RANK = re.compile(r"(?i)\b(?:global[_ ])?rank[ =:#]{0,2}([0-9]{1,6})")
 _DUMP_TASK = re.compile(r"(?i)\btask[ =:#]{0,2}([0-9]{1,6})")
