@@ -282,8 +282,10 @@ def survived(b: SignalBuilder, choice: Choice, evidence: JobEvidence) -> bool:
     job = evidence.job
     if choice.category in (Category.NONE, Category.UNKNOWN) or not choice.signals:
         return False
-    if job is None or job.state != JobState.RUNNING or (job.exit_code or 0) != 0:
+    if job is not None and (job.state != JobState.RUNNING or (job.exit_code or 0) != 0):
         return False
+    if job is None and _log_says_it_ended(b, choice):
+        return False  # the log alone (`jobmedic analyze FILE`): training went on, but the output ends in a death
     flaps = [s for s in choice.signals if b.link_came_back(s)]
     if any((s.condemns or s.source != "log") and s not in flaps for s in choice.signals):
         return False
@@ -297,6 +299,16 @@ def survived(b: SignalBuilder, choice: Choice, evidence: JobEvidence) -> bool:
         return True
     # the job's own retry loop said it starts again ('retrying 1/3', 'Restoring checkpoint ...') and steps grow
     return b.resumed_after(last) and b.progressed_after(last, lines=2)
+
+
+def _log_says_it_ended(b: SignalBuilder, choice: Choice) -> bool:
+    """Without the scheduler's word: the output itself says the job ended (a launcher's failure report, the
+    exception or signal it died of, the scheduler's own lines about time, preemption or a lost node)."""
+    if b.elastic or any(s.pattern_id in DEATH_REPORTS for s in b.signals):
+        return True
+    if any(s.category in (Category.PREEMPTED, Category.TIME_LIMIT, Category.NODE_FAILURE) for s in choice.signals):
+        return True
+    return b.ending_exception() is not None or b.fatal_signal() is not None
 
 
 def _hang_choice(b: SignalBuilder, hang: list[Signal]) -> Choice:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from activities.detection.progress import parse_progress_line
 from workflows.contracts import Category
 
-from tests.detection.real_cases import expect, verdict_of_edited
+from tests.detection.real_cases import expect, verdict_of, verdict_of_edited
 
 MM_ITER = ("02/14 10:21:44 - mmengine - INFO - Iter(train) [    20/400000]  lr: 1.0000e-04  eta: 31 days, 8:02:13  "
            "time: 2.4917  data_time: 0.0143  memory: 21087  loss: 0.7735")
@@ -107,3 +107,16 @@ def test_a_killed_task_before_any_other_exit_is_still_the_oom_killers(tmp_path):
     v = verdict_of_edited("nccl_error-socket-broken-pipe-two-nodes-same-peer-ip-llamafactory-r2a08", kill_first,
                           tmp_path)
     assert v.category == Category.HOST_OOM
+
+
+def test_the_log_alone_sees_training_go_on_after_an_error_too():
+    """`jobmedic analyze FILE` has no job state: three growing progress lines after the error still say so."""
+    assert verdict_of("none-yolov5-autobatch-oom-while-profiling-then-trains-t4a15", log_only=True).category == (
+        Category.NONE)
+    assert verdict_of("none-mlx5-single-link-flap-recovered-training-continues-e7b23", log_only=True).category == (
+        Category.NONE)
+
+
+def test_the_log_alone_keeps_a_failure_whose_output_ends_in_a_death_report():
+    """Progress after the OOM line on other ranks, but torchrun's failure summary and srun's exit codes end it."""
+    assert verdict_of("gpu_oom-accelerate-host-localrank-prefix-f8c09", log_only=True).category == Category.GPU_OOM
