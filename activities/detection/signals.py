@@ -75,7 +75,7 @@ _CODE_ERRORS = {"IndexError", "KeyError", "TypeError", "ValueError", "AttributeE
                 "ModuleNotFoundError"}
 FALLBACK_PATTERNS = {"fallback_uncaught_exception", "fallback_fatal_signal", "fallback_unknown"}
 _GENERIC = EXCEPTION_PATTERNS | {"cuda_error_generic", "nccl_error_generic", "connection_reset_generic"}
-_STRUCTURE = {"python_traceback", "elastic_failure_field"}
+_STRUCTURE = {"python_traceback", "python_exception_ignored", "elastic_failure_field"}
 # exception types that report a failure elsewhere rather than being one
 _SYMPTOM_EXCEPTIONS = {
     "KeyboardInterrupt", "SystemExit", "SignalException", "ChildFailedError", "DistBackendError",
@@ -112,6 +112,9 @@ class SignalBuilder:
         self.benign_lines = 0
         self.elastic: list[dict[str, str]] = []  # torchrun failure summaries, in order
         self.tracebacks: dict[tuple, int] = {}  # source key -> line of the last "Traceback" start
+        self._ignored_at: dict[tuple, int] = {}  # source key -> line of the last 'Exception ignored in: ...'
+        self._tb_ignored: dict[tuple, bool] = {}  # source key -> its last traceback is one Python ignored
+        self.ignored_exceptions: set[int] = set()  # lines of exceptions Python printed and ignored
         self.rank_host: dict[int, str] = {}  # learnt from lines naming both
         self.tail: list[tuple[int, str]] = []  # the last lines of the output, flagged or not
         self._marks: list[tuple[int, int]] | None = None  # progress lines of `tail` (set before the first read)
@@ -159,8 +162,8 @@ class SignalBuilder:
 
     def ending_exception(self) -> Signal | None:
         found = fallback.ends_in_exception(self.tail, self._strip)
-        if found is None or found.line_no in self.specific_lines:
-            return None  # nothing, or a line the catalogue knows better (its signal decides)
+        if found is None or found.line_no in self.specific_lines or found.line_no in self.ignored_exceptions:
+            return None  # nothing, a line the catalogue knows better (its signal decides), or one Python ignored
         short = found.signature_text.rsplit(".", 1)[-1]
         if short in _SYMPTOM_EXCEPTIONS:
             return None  # a launcher reporting a failure elsewhere
@@ -216,8 +219,13 @@ class SignalBuilder:
         if any(s.id in _DUMP_PATTERNS for s in specs):
             self._track_dump(ctx, specs, line)
         for spec in specs:
+            if spec.id == "python_exception_ignored":
+                self._ignored_at[key] = line_no
+                continue
             if spec.id == "python_traceback":
                 self.tracebacks[key] = line_no
+                at = self._ignored_at.get(key)
+                self._tb_ignored[key] = at is not None and 0 < line_no - at <= 2
                 continue
             fields = spec.extract_fields(line)
             if spec.id == "elastic_failure_field":
@@ -322,7 +330,11 @@ class SignalBuilder:
             return None  # "ValError: 0.12" is a metric, not an exception
         key = (ctx.host, ctx.task, ctx.rank)
         started = self.tracebacks.get(key)
-        if short in _SYMPTOM_EXCEPTIONS:
+        if started is not None and self._tb_ignored.get(key):
+            sig.role, sig.severity = "symptom", "warning"  # raised in a __del__ or at exit: the process went on
+            self.ignored_exceptions.add(line_no)
+            self._tb_ignored[key] = False
+        elif short in _SYMPTOM_EXCEPTIONS:
             sig.role, sig.severity = "symptom", "warning"
         elif started is None:
             sig.role = "symptom"  # an exception printed without a traceback (logged, maybe handled)

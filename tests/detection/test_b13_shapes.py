@@ -18,7 +18,7 @@ from __future__ import annotations
 from activities.detection.progress import parse_progress_line
 from workflows.contracts import Category
 
-from tests.detection.real_cases import expect, verdict_of, verdict_of_edited
+from tests.detection.real_cases import expect, sidecar, verdict_of, verdict_of_edited
 
 MM_ITER = ("02/14 10:21:44 - mmengine - INFO - Iter(train) [    20/400000]  lr: 1.0000e-04  eta: 31 days, 8:02:13  "
            "time: 2.4917  data_time: 0.0143  memory: 21087  loss: 0.7735")
@@ -120,3 +120,18 @@ def test_the_log_alone_sees_training_go_on_after_an_error_too():
 def test_the_log_alone_keeps_a_failure_whose_output_ends_in_a_death_report():
     """Progress after the OOM line on other ranks, but torchrun's failure summary and srun's exit codes end it."""
     assert verdict_of("gpu_oom-accelerate-host-localrank-prefix-f8c09", log_only=True).category == Category.GPU_OOM
+
+
+def test_an_exception_python_ignored_does_not_end_the_job():
+    """'Exception ignored in: <function ...__del__>' / 'Error in atexit._run_exitfuncs:' above a traceback: the
+    interpreter printed it and went on, so the log alone does not call the finished run a failure."""
+    for name in ("none-dataloader-del-assertion-at-end-completed-g9a12",
+                 "none-swift-sft-atexit-tracker-traceback-f8c06"):
+        assert verdict_of(name, log_only=True).category == Category.NONE, name
+
+
+def test_the_same_traceback_without_the_ignored_line_is_the_crash(tmp_path):
+    v = verdict_of_edited("none-dataloader-del-assertion-at-end-completed-g9a12",
+                          lambda t: t.replace("Exception ignored in: ", "Called: ").rsplit("100%|", 1)[0], tmp_path,
+                          side={**sidecar("none-dataloader-del-assertion-at-end-completed-g9a12"), "job": None})
+    assert v.category == Category.APP_ERROR
