@@ -43,6 +43,9 @@ def choose_root_cause(b: SignalBuilder, evidence: JobEvidence) -> Choice:
     job_fine = job is not None and not job_failed and job.state in (JobState.COMPLETED, JobState.RUNNING)
     if job is not None and job.state == JobState.COMPLETED and not job_failed:
         return Choice(Category.NONE, [], 0.0)  # Slurm says it finished cleanly: whatever it printed was survived
+    if job is None and b.finished_ok and not _failure_after(b, max(b.finished_ok)):
+        # the log alone, ending in the run's own word that it finished well (the same as Slurm's COMPLETED)
+        return Choice(Category.NONE, [], 0.0)
     ending = None if job_fine else b.ending_exception()
     killed = None if job_fine else b.fatal_signal()
     # the log itself says a process died: its output ends in an exception, a signal, a launcher's failure report
@@ -299,6 +302,12 @@ def survived(b: SignalBuilder, choice: Choice, evidence: JobEvidence) -> bool:
         return True
     # the job's own retry loop said it starts again ('retrying 1/3', 'Restoring checkpoint ...') and steps grow
     return b.resumed_after(last) and b.progressed_after(last, lines=2)
+
+
+def _failure_after(b: SignalBuilder, line_no: int) -> bool:
+    """Something after `line_no` says a process failed: a launcher's failure report, a fatal or condemning line."""
+    later = [s for s in b.signals if s.line_no is not None and s.line_no > line_no]
+    return bool(b.elastic) or any(s.pattern_id in DEATH_REPORTS or s.severity == "fatal" or s.condemns for s in later)
 
 
 def _log_says_it_ended(b: SignalBuilder, choice: Choice) -> bool:

@@ -75,7 +75,7 @@ _CODE_ERRORS = {"IndexError", "KeyError", "TypeError", "ValueError", "AttributeE
                 "ModuleNotFoundError"}
 FALLBACK_PATTERNS = {"fallback_uncaught_exception", "fallback_fatal_signal", "fallback_unknown"}
 _GENERIC = EXCEPTION_PATTERNS | {"cuda_error_generic", "nccl_error_generic", "connection_reset_generic"}
-_STRUCTURE = {"python_traceback", "python_exception_ignored", "elastic_failure_field"}
+_STRUCTURE = {"python_traceback", "python_exception_ignored", "run_finished_ok", "elastic_failure_field"}
 # exception types that report a failure elsewhere rather than being one
 _SYMPTOM_EXCEPTIONS = {
     "KeyboardInterrupt", "SystemExit", "SignalException", "ChildFailedError", "DistBackendError",
@@ -115,6 +115,7 @@ class SignalBuilder:
         self._ignored_at: dict[tuple, int] = {}  # source key -> line of the last 'Exception ignored in: ...'
         self._tb_ignored: dict[tuple, bool] = {}  # source key -> its last traceback is one Python ignored
         self.ignored_exceptions: set[int] = set()  # lines of exceptions Python printed and ignored
+        self.finished_ok: list[int] = []  # lines where the run says it finished well (run_finished_ok)
         self.rank_host: dict[int, str] = {}  # learnt from lines naming both
         self.tail: list[tuple[int, str]] = []  # the last lines of the output, flagged or not
         self._marks: list[tuple[int, int]] | None = None  # progress lines of `tail` (set before the first read)
@@ -219,6 +220,9 @@ class SignalBuilder:
         if any(s.id in _DUMP_PATTERNS for s in specs):
             self._track_dump(ctx, specs, line)
         for spec in specs:
+            if spec.id == "run_finished_ok":
+                self.finished_ok.append(line_no)
+                continue
             if spec.id == "python_exception_ignored":
                 self._ignored_at[key] = line_no
                 continue

@@ -135,3 +135,19 @@ def test_the_same_traceback_without_the_ignored_line_is_the_crash(tmp_path):
                           lambda t: t.replace("Exception ignored in: ", "Called: ").rsplit("100%|", 1)[0], tmp_path,
                           side={**sidecar("none-dataloader-del-assertion-at-end-completed-g9a12"), "job": None})
     assert v.category == Category.APP_ERROR
+
+
+def test_the_log_alone_ending_in_the_runs_own_success_word_is_fine():
+    """torchelastic's 'worker group successfully finished' / 'SUCCEEDED', Lightning's fit reaching max_epochs,
+    a pytest summary with nothing failed: as good as Slurm's COMPLETED when `analyze` has only the file."""
+    for name in ("none-torchelastic-restart-after-peer-reset-recovered-e5a44",
+                 "none-torchelastic-dataloader-reset-restart-completed-v9a03",
+                 "none-pytest-killed-worker-fault-injection-passed-z4a15"):
+        assert verdict_of(name, log_only=True).category == Category.NONE, name
+
+
+def test_a_failure_report_after_the_success_word_still_counts(tmp_path):
+    name = "none-torchelastic-restart-after-peer-reset-recovered-e5a44"
+    v = verdict_of_edited(name, lambda t: t + "srun: error: pt-n02: task 1: Exited with exit code 1\n"
+                          "Fatal Python error: Segmentation fault\n", tmp_path, side={**sidecar(name), "job": None})
+    assert v.category != Category.NONE
