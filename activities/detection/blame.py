@@ -109,6 +109,12 @@ def implicate(
                  and s.category in (Category.NCCL_ERROR, Category.INTERCONNECT)]
         lost, why = _link_blame(links, b.signals) if links else ([], "")
         lost = [h for h in lost if h in b.job_hosts]
+        # a launcher that names the node it lost ('Remote daemon: ... on node X', 'No reply from X') knows better
+        launcher_lost = sorted({s.host for s in b.signals if s.category == Category.NODE_FAILURE
+                                and s.role == "cause" and s.source == "log" and s.host and s.host in b.job_hosts
+                                and s.pattern_id not in _CANCEL_NOTICES})
+        if launcher_lost and len(launcher_lost) < len(b.job_hosts):
+            lost, why = launcher_lost, f"the launcher lost {', '.join(launcher_lost)}"
         if lost:
             hosts = set(lost)
             choice.why = (choice.why + "; " if choice.why else "") + (
@@ -356,6 +362,8 @@ _CANCEL_NOTICES = {"slurm_cancelled_node_failure"}  # printed by the batch host 
 _FS_CLIENT_LOST = {"lustre_error", "lustre_client_lost_server", "nfs_server_not_responding", "fs_client_stuck_frame"}  # a client's own account of losing its file-system servers
 _MOUNT_ERRORS = {"stale_file_handle", "io_error", "disk_full", "checkpoint_write_failed", "file_not_found"}
 _NODE_LOCAL_PATH = re.compile(r"['\" (](/(?:local|localscratch|lscratch|scratch/local|local_scratch|tmp|raid[0-9]?|nvme[0-9a-z]*|ssd|mnt/local|mnt/nvme|local_disk[0-9]?|dev/nvme)[/'\" ]|\$TMPDIR|SLURM_TMPDIR)")
+# a df row of a node-local block device at (nearly) 100 %: '/dev/nvme0n1p2  880G  880G  0 100% /'
+_LOCAL_DEVICE_FULL = re.compile(r"^/dev/(?:nvme|sd|md|vd|xvd|hd)[A-Za-z0-9]{0,12}\s+\S+\s+\S+\s+\S+\s+(?:100|99)%\s+/")
 _DEVICE_CUDA_ERRORS = {"cuda_unknown_error"}  # "CUDA error: unknown error": usually a GPU that became unusable
 
 
@@ -390,6 +398,12 @@ def _local_mount(sigs: list[Signal], b: SignalBuilder) -> set[str]:
     disk = {s.host for s in b.signals if s.pattern_id == "local_disk_io_error" and s.host}
     if len(disk) == 1:
         return disk
+    if any(s.pattern_id == "disk_full" for s in sigs):
+        # 'df' run on the node (`ssh NODE df -h PATH`) shows its own device full: that node's disk
+        full = {b.host_of_session(n) for n, line in b.lines if _LOCAL_DEVICE_FULL.search(b._strip(line))}
+        full.discard(None)
+        if len(full) == 1 and (not b.job_hosts or full <= b.job_hosts):
+            return {h for h in full if h}
     mount = [s for s in sigs if s.pattern_id in _MOUNT_ERRORS and _NODE_LOCAL_PATH.search(s.text or s.line)]
     seen = {s.host for s in mount if s.host}
     root = b.elastic_root()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from activities.detection.signals import EXCEPTION_PATTERNS, Signal, SignalBuilder
 from activities.detection.stall import bar_stall, gpu_snapshot, gpu_stall
@@ -182,6 +183,10 @@ def choose_root_cause(b: SignalBuilder, evidence: JobEvidence) -> Choice:
         if evidence.hang_suspected:
             return Choice(Category.HANG, [hang_fact(evidence), *sched[Category.TIME_LIMIT]], 0.7,
                            why="progress had stopped before the time limit ended the job")
+        dumped = _dumped_while_running(b)  # someone looked at the stuck ranks' stacks; then time ran out
+        if dumped is not None and all(before_cutoff(s) for s in dumped.signals):
+            dumped.why = dumped.why.replace("of the running job", "of the job") + ", until the time limit ended it"
+            return dumped
         return Choice(Category.TIME_LIMIT, sched[Category.TIME_LIMIT], 0.9)
 
     # 7. the output ends in an uncaught exception: what the process died of
@@ -235,6 +240,9 @@ def choose_root_cause(b: SignalBuilder, evidence: JobEvidence) -> Choice:
         if dumped is not None:
             dumped.why = dumped.why.replace("of the running job", "of the job") + ", and then it was cancelled"
             return dumped
+        silent = _silent_until_cancelled(b)
+        if silent is not None:
+            return silent
     if evidence.hang_suspected:
         return Choice(Category.HANG, [hang_fact(evidence)], 0.6, hosts=sorted(set(evidence.straggler_hosts)))
     # 11. a failed job is never "nothing": say that the cause is unknown, with what the end of the output shows
@@ -308,6 +316,81 @@ def _failure_after(b: SignalBuilder, line_no: int) -> bool:
     """Something after `line_no` says a process failed: a launcher's failure report, a fatal or condemning line."""
     later = [s for s in b.signals if s.line_no is not None and s.line_no > line_no]
     return bool(b.elastic) or any(s.pattern_id in DEATH_REPORTS or s.severity == "fatal" or s.condemns for s in later)
+
+
+_STAMP = re.compile(r"\b(20[0-9]{2})-([01][0-9])-([0-3][0-9])[ T]([0-2][0-9]):([0-5][0-9]):([0-5][0-9])")
+_CANCEL_SILENCE_S = 1800  # output silent this long before someone cancelled the job: it stood still
+_TASK_LABEL = re.compile(r"^\s{0,4}([0-9]{1,5}): ")
+
+
+def _stamp(text: str) -> datetime | None:
+    m = _STAMP.search(text)
+    if m is None:
+        return None
+    try:
+        year, month, day, hour, minute, second = (int(g) for g in m.groups())
+        return datetime(year, month, day, hour, minute, second)
+    except ValueError:
+        return None
+
+
+def _silent_until_cancelled(b: SignalBuilder) -> Choice | None:
+    """A job cancelled after its output had stood still for half an hour (the timestamps of its last lines
+    against slurmstepd's 'CANCELLED AT'): it hung, and someone ended it. When `srun -l` labels show one task of
+    several that never printed, that task's node (and its ranks) is where it stood still."""
+    cancels = [s for s in b.signals if s.pattern_id == "slurm_cancelled_other" and s.line_no is not None]
+    if not cancels:
+        return None
+    cancel = min(cancels, key=lambda s: s.line_no or 0)
+    ended = _stamp(cancel.line)
+    before = [t for n, line in b.lines if n < (cancel.line_no or 0) and (t := _stamp(line)) is not None]
+    if ended is None or not before or (ended - max(before)).total_seconds() < _CANCEL_SILENCE_S:
+        return None
+    quiet = (ended - max(before)).total_seconds()
+    hosts: list[str] = []
+    ranks: list[int] = []
+    layout = b.layout
+    task = _quiet_first(b, cancel.line_no or 0)
+    if task is not None and layout is not None and _task_per_node(b) and len(layout.tasks_per_node) == len(
+            layout.nodes) and task < len(layout.nodes):
+        hosts = [layout.nodes[task]]
+        first = sum(layout.tasks_per_node[:task])
+        ranks = list(range(first, first + layout.tasks_per_node[task]))
+    why = f"the output stood still for {quiet / 60:.0f} min before the job was cancelled"
+    if hosts:
+        why += f"; task {task} ({hosts[0]}) went quiet before the others: its ranks are where it stood still"
+    return Choice(Category.HANG, [cancel], 0.45, why=why, hosts=hosts, ranks=ranks)
+
+
+def _quiet_first(b: SignalBuilder, until: int) -> int | None:
+    """The `srun -l` task (one per node) that stopped printing first, while every other task of three or more
+    went on for at least `_AFTER_QUIET` more lines each; None when no task stands out."""
+    last: dict[int, int] = {}
+    lines_of: dict[int, list[int]] = {}
+    for n, line in b.lines:
+        m = _TASK_LABEL.match(line) if n < until else None
+        if m is not None:
+            task = int(m.group(1))
+            last[task] = n
+            lines_of.setdefault(task, []).append(n)
+    if len(last) < 3:
+        return None
+    quiet = min(last, key=lambda t: last[t])
+    others = [t for t in last if t != quiet]
+    if all(sum(1 for n in lines_of[t] if n > last[quiet]) >= _AFTER_QUIET for t in others):
+        return quiet
+    return None
+
+
+_AFTER_QUIET = 2
+_LABELLED_RANK = re.compile(r"^\s{0,4}([0-9]{1,5}): \[rank([0-9]{1,6})\]")
+
+
+def _task_per_node(b: SignalBuilder) -> bool:
+    """Slurm's tasks are one launcher per node (torchrun under srun): known to the builder, or shown by a line
+    whose `srun -l` label is not the rank it prints ('1: [rank8]: ...')."""
+    return b.per_node_launcher or any(
+        (m := _LABELLED_RANK.match(line)) is not None and m.group(1) != m.group(2) for _, line in b.lines)
 
 
 def _log_says_it_ended(b: SignalBuilder, choice: Choice) -> bool:
