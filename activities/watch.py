@@ -52,7 +52,7 @@ from loguru import logger
 from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.common import WorkflowIDReusePolicy
+from temporalio.common import Priority, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
@@ -116,6 +116,10 @@ READ_ALONE_KEEP_S = 120.0  # a poke's read of a job outranks listings taken befo
 # less than this share of its interval; later ones wait for the next pass (see poll_once)
 ROUTINE_SHARE = 0.5
 ROUTINE_REASONS = frozenset({ObservationReason.FIRST_SEEN, ObservationReason.PROGRESS, ObservationReason.CHECKPOINT})
+# Temporal's task priority (1 highest, 3 the default): a job whose workflow starts with news that is not routine
+# (it failed, hangs, printed a fatal error before the watch first saw it) goes ahead of the routine starts that
+# onboarding a large cluster queues by the thousand; its activities and later tasks inherit it
+URGENT_START = Priority(priority_key=1)
 TOUCH_EVERY_POLLS = 5000  # every row is rewritten this often, so pruning keeps only rows of jobs gone for good
 # per rank and timer, the newest timings the culprit is judged on: the read in which a slow run is first
 # seen holds steps from before it too
@@ -884,6 +888,7 @@ class WatchActivities:
                 search_attributes=initial_search_attributes(inp),
                 start_signal=SignalNames.OBSERVE,
                 start_signal_args=[obs],
+                priority=Priority.default if _routine(obs) else URGENT_START,
                 static_summary=recovery_summary(job),  # the line the Temporal UI shows for the job
                 static_details=recovery_details(job, inp.cluster_mode.value),
             )

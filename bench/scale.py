@@ -7,7 +7,9 @@ simulated cluster behind the Slurm command runner and real growing output files 
 real file log source). Failures are injected at a known rate once the watch has made its first
 pass; the job-end hook of a real site (EpilogSlurmctld -> `jobmedic notify job-end`) pokes the
 watch. Per size:
-- watch pass duration (median, max) against the poll interval;
+- watch pass duration (median, max) against the poll interval, over the passes after each shard's first;
+  the first pass of each shard (onboarding: it starts a workflow per job, which no later pass does) is
+  reported on its own (`first_pass_s`, the slowest shard's), and is not held to the interval;
 - CPU (s and % of one core) and peak RSS of the worker and of the Temporal server;
 - detection latency p50/p95 (failure written -> first `detection` audit entry of the job);
 - Temporal history: events and bytes of the watch workflow and of job workflows (max);
@@ -23,7 +25,10 @@ local runner and over SSH (the stack's sshd, host key checked), decode + convert
 per-action one-job read (`SlurmClient.get_job`) against the old whole-listing read.
 
 Debugging: JM_SCALE_DEBUG=DIR keeps each size's worker log and every failure's audit trail (seconds after
-the failure, observed_at) in DIR; JM_SCALE_LOG=INFO raises the worker's log level (costs CPU).
+the failure, observed_at), when its poke was sent and taken by Temporal, and its job workflow's history
+events (seconds after the failure: where the time between the watch's signal and the detection went), and
+the watch workflow's history (`watch-history-N.json`), in DIR; JM_SCALE_LOG=INFO raises the worker's log
+level (costs CPU; the watch's wake-up channel says there when its `pokes` query timed out).
 
 Usage: .venv/bin/python bench/scale.py [--jobs N] [--quick] [--seconds S] [--interval S] [--shards N]
        .venv/bin/python bench/scale.py --real-slurm 2000
@@ -147,6 +152,7 @@ def run_size(jobs: int, args: argparse.Namespace, tmp: Path) -> dict:
             except (FileNotFoundError, ProcessLookupError):
                 pass
         time.sleep(1.0)
+    clusters_cpu_s = cpu_last["worker"]  # the process of the watch and the simulator, without its children
     cpu_last["worker"] += sum(kids_cpu.values())
     peak["worker"] += sum(kids_rss.values())
     wall = time.time() - started
@@ -166,11 +172,14 @@ def run_size(jobs: int, args: argparse.Namespace, tmp: Path) -> dict:
         import shutil
         shutil.copy(work / "worker.log", Path(os.environ["JM_SCALE_DEBUG"]) / f"worker-{jobs}.log")
     lat = s["latencies_s"]
-    passes = s["pass_s"] or [float("nan")]
+    passes = s["pass_s"] or [float("nan")]  # the passes after each shard's first (onboarding) one
     return {
         "jobs": jobs, "shards": s["shards"], "processes": args.processes, "interval_s": s["interval_s"], "seconds": args.seconds,
         "passes": s["passes"], "pass_s": statistics.median(passes), "pass_max_s": max(passes),
+        "first_pass_s": max(s["first_pass_s"], default=float("nan")),
         "worker_cpu_s": cpu_last["worker"], "worker_cpu_pct": 100 * cpu_last["worker"] / wall,
+        "worker_main_cpu_pct": 100 * clusters_cpu_s / wall,  # the watch's process alone (all of one: the worker)
+        "workflows_cpu_pct": 100 * cpu_last["workflows"] / wall if "workflows" in procs else None,
         "sim_cpu_s": s["sim_cpu_s"], "worker_rss_mb": peak["worker"],
         "server_cpu_s": server_cpu, "server_cpu_pct": 100 * server_cpu / wall, "server_rss_mb": peak["server"],
         "failures": s["failures"], "detected": s["detected"],
@@ -184,7 +193,7 @@ def run_size(jobs: int, args: argparse.Namespace, tmp: Path) -> dict:
         "squeue_mb": s["squeue_bytes"] / 1e6, "read_all_s": s["read_all_s"], "read_one_s": s["read_one_s"],
         "squeue_calls": s["scheduler_commands"].get("squeue", 0),
         "squeue_listings": s["scheduler_commands"].get("squeue (whole listing)", 0),
-        # failed: no full pass, a pass longer than the interval, or a failure never detected
+        # failed: no full pass after the onboarding ones, one longer than the interval, or a failure never detected
         "watch_failed": not s["pass_s"] or max(passes) > s["interval_s"] or s["detected"] < s["failures"],
     }
 
@@ -278,9 +287,9 @@ def main() -> None:
           f"process(es){' (--role workflows + --role clusters; worker CPU and RSS are both, with their child processes)' if args.processes == 2 else ''}; "
           f"{os.cpu_count()} CPU cores shared")
     print_table(
-        ["jobs", "pass p50 s", "pass max s", "interval s", "worker CPU %", "(sim CPU s)", "worker RSS MB",
-         "server CPU %", "server RSS MB", "detect p50 s", "p95 s", "detected"],
-        [[r["jobs"], r["pass_s"], r["pass_max_s"], r["interval_s"], r["worker_cpu_pct"], r["sim_cpu_s"],
+        ["jobs", "pass p50 s (after 1st)", "pass max s (after 1st)", "1st pass s (onboarding)", "interval s", "worker CPU %", "(sim CPU s)",
+         "worker RSS MB", "server CPU %", "server RSS MB", "detect p50 s", "p95 s", "detected"],
+        [[r["jobs"], r["pass_s"], r["pass_max_s"], r["first_pass_s"], r["interval_s"], r["worker_cpu_pct"], r["sim_cpu_s"],
           r["worker_rss_mb"], r["server_cpu_pct"], r["server_rss_mb"], r["detect_p50_s"], r["detect_p95_s"],
           f"{r['detected']}/{r['failures']}"] for r in ok],
     )

@@ -16,6 +16,12 @@ the simulated cluster behind its Slurm adapter, for `--seconds`; the job-end
 hook of a real site (`EpilogSlurmctld` -> `jobmedic notify job-end`) is the
 `poke` signal the simulator sends when a job ends (`--no-epilog`: polling only).
 It writes one JSON file of what it saw (`--out`).
+
+The simulator is not the worker: a real cluster's jobs write their files and slurmctld prints `squeue`
+in other processes. So its stepping (advancing 10,000 jobs, appending their lines) and the printing of a
+listing run in a thread of their own (`asyncio.to_thread`, one lock between them), not on the worker's
+event loop, where they used to stall the watch's shards, pokes and activities for tens of milliseconds
+a second. Their CPU still counts in the worker's (`sim_cpu_s` says how much of it is theirs).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import json
 import os
 import random
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -84,6 +91,8 @@ class SimCluster:
     _next_id: int = field(init=False)
     _fail_credit: float = 0.0
     failing: bool = True  # the benchmark turns failures on once the watch has made its first pass
+    # step() and squeue_json() run in threads (see the module's docstring): one at a time
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
@@ -109,7 +118,11 @@ class SimCluster:
 
     def step(self, now: float) -> list[str]:
         """Advance to `now`; returns the ids of jobs that ended in this step."""
-        c0 = time.process_time()
+        with self._lock:
+            return self._step(now)
+
+    def _step(self, now: float) -> list[str]:
+        c0 = time.thread_time()
         ended: list[str] = []
         running = [j for j in self.jobs.values() if j.state == "RUNNING"]
         if not self.failing:
@@ -136,17 +149,18 @@ class SimCluster:
             del self.jobs[job.job_id]
             self._rendered.pop(job.job_id, None)
             self._start_job(now)
-        self.cpu_s += time.process_time() - c0
+        self.cpu_s += time.thread_time() - c0
         return ended
 
     def squeue_json(self, only: set[str] | None = None) -> str:
         """What `squeue --json` prints; each record is rendered again only when its job changed (slurmctld's
         work is not the worker's: rendering 10,000 records anew each poll cost this process ~1.6 s)."""
-        c0 = time.process_time()
-        records = [self._record_text(j) for j in self.jobs.values() if only is None or str(j.job_id) in only]
-        text = '{"meta": {"plugin": {"type": "openapi/v0.0.38"}}, "errors": [], "jobs": [' + ", ".join(records) + "]}"
-        self.cpu_s += time.process_time() - c0
-        return text
+        with self._lock:
+            c0 = time.thread_time()
+            records = [self._record_text(j) for j in self.jobs.values() if only is None or str(j.job_id) in only]
+            text = '{"meta": {"plugin": {"type": "openapi/v0.0.38"}}, "errors": [], "jobs": [' + ", ".join(records) + "]}"
+            self.cpu_s += time.thread_time() - c0
+            return text
 
     def _record_text(self, j: SimJob) -> str:
         key = (j.state, j.ended)
@@ -216,7 +230,8 @@ class SimRunner:
             only = set(argv[argv.index("--jobs") + 1].split(",")) if "--jobs" in argv else None
             if only is None:
                 self.commands["squeue (whole listing)"] = self.commands.get("squeue (whole listing)", 0) + 1
-            return CommandResult(0, self.sim.squeue_json(only), "")
+            # printed off the event loop, as slurmctld and squeue's own process would
+            return CommandResult(0, await asyncio.to_thread(self.sim.squeue_json, only), "")
         if argv[0] == "sinfo":
             return CommandResult(0, json.dumps({"errors": [], "nodes": []}), "")
         if argv[:3] == ["scontrol", "show", "config"]:
@@ -233,13 +248,23 @@ def _append(path: Path, lines: list[str]) -> None:
 
 
 class PassStats:
-    """`workers.metrics_server.WatchStats`' interface: the watch's passes, kept for the summary."""
+    """`workers.metrics_server.WatchStats`' interface: the watch's passes, kept for the summary.
+
+    Each shard's first pass (of its activity) is told apart: it starts a workflow per job (onboarding), which
+    no later pass does, so the summary reports it on its own (`first_pass_s`)."""
 
     def __init__(self) -> None:
-        self.passes: list[tuple[float, float, int]] = []  # (ended at, seconds, watched jobs)
+        self.passes: list[tuple[float, float, int, bool]] = []  # (ended at, seconds, watched jobs, first)
+        self._shards_seen: set[str] = set()  # activity ids (one per shard) that made a pass with jobs
 
     def record_pass(self, cluster: str, *, started_at: datetime, finished_at: datetime, watched_jobs: int) -> None:
-        self.passes.append((finished_at.timestamp(), (finished_at - started_at).total_seconds(), watched_jobs))
+        from temporalio import activity
+
+        shard = activity.info().activity_id if activity.in_activity() else ""
+        first = watched_jobs > 0 and shard not in self._shards_seen
+        if watched_jobs > 0:
+            self._shards_seen.add(shard)
+        self.passes.append((finished_at.timestamp(), (finished_at - started_at).total_seconds(), watched_jobs, first))
 
 
 async def serve(args: argparse.Namespace) -> dict[str, Any]:
@@ -285,26 +310,47 @@ async def serve(args: argparse.Namespace) -> dict[str, Any]:
     watch = client.get_workflow_handle(watch_workflow_id(cluster))
     t_end = time.time() + args.seconds
     sim.failing = False
+    pokes: dict[str, tuple[float, float]] = {}
     while time.time() < t_end:
         # failures start once every shard made its first pass (the first pass starts a workflow per job)
-        sim.failing = sim.failing or len({p for p in stats.passes if p[2] > 0}) >= args.shards
-        ended = sim.step(time.time())
+        sim.failing = sim.failing or sum(p[3] for p in stats.passes) >= args.shards
+        ended = await asyncio.to_thread(sim.step, time.time())
         if ended and args.epilog:  # EpilogSlurmctld -> jobmedic notify job-end -> poke
             try:
+                sent = time.time()
                 await watch.signal(WatchNames.POKE, WatchPoke(source="job-end", job_ids=ended,
                                                               sent_at=datetime.now(UTC)))
+                pokes.update((j, (sent, time.time())) for j in ended)  # when sent, when Temporal took it
             except Exception as exc:  # noqa: BLE001 - a lost poke leaves the job to the interval poll
                 print(f"poke failed: {exc}", file=sys.stderr)
         await asyncio.sleep(1.0)
     await asyncio.sleep(min(args.interval, 15.0))  # the last failures' detections
-    summary = await _summary(args, sim, runner, stats, client, settings)
+    summary = await _summary(args, sim, runner, stats, client, settings, pokes)
     await watch.terminate("benchmark over")
     await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
     await asyncio.gather(*tasks, return_exceptions=True)
     return summary
 
 
-async def _summary(args, sim: SimCluster, runner: SimRunner, stats: PassStats, client, settings) -> dict[str, Any]:
+async def _history_after(client, workflow_id: str, since: float) -> list[tuple[float, str, str]]:
+    """(seconds after `since`, event type, activity type or signal name) of a workflow's history (debugging)."""
+    out: list[tuple[float, str, str]] = []
+    try:
+        async for e in client.get_workflow_handle(workflow_id).fetch_history_events():
+            at = e.event_time.seconds + e.event_time.nanos / 1e9
+            if at < since:
+                continue
+            what = (e.activity_task_scheduled_event_attributes.activity_type.name
+                    or e.workflow_execution_signaled_event_attributes.signal_name)
+            out.append((round(at - since, 3), e.WhichOneof("attributes") or str(e.event_type), what))
+    except Exception as exc:  # noqa: BLE001 - a debugging aid: say what failed, keep the summary
+        out.append((0.0, "history not read", str(exc)))
+    return out
+
+
+async def _summary(args, sim: SimCluster, runner: SimRunner, stats: PassStats, client, settings,
+                   sim_pokes: dict[str, tuple[float, float]] | None = None) -> dict[str, Any]:
+    sim_pokes = sim_pokes or {}
     from activities.watch import WatchState
     from activities.watch_state import ShardKeeper
     from workers.factories.audit import build_audit_store
@@ -322,9 +368,16 @@ async def _summary(args, sim: SimCluster, runner: SimRunner, stats: PassStats, c
         trail = []
         for j, t in sim.failures.items():
             evs = store.query(cluster=args.cluster, job_id=j, limit=None)
+            wid = next((e.workflow_id for e in evs if e.workflow_id), None)
             trail.append({"job": j, "failed_at": t, "detect_s": first.get(j, t) - t,
+                          "poke_s": [round(x - t, 3) for x in sim_pokes.get(j, ())],
                           "events": [(round(e.timestamp.timestamp() - t, 3), str(e.event_type),
-                                      (e.detail or {}).get("observed_at")) for e in evs]})
+                                      (e.detail or {}).get("observed_at")) for e in evs],
+                          # the job workflow's Temporal history after the failure: where the time between the
+                          # watch's signal and the detection entry went (workflow tasks, evidence activity)
+                          "history": await _history_after(client, wid, t) if wid else []})
+        watch_history = await _history_after(client, watch_workflow_id(args.cluster), 0.0)
+        (Path(os.environ["JM_SCALE_DEBUG"]) / f"watch-history-{args.jobs}.json").write_text(json.dumps(watch_history))
         (Path(os.environ["JM_SCALE_DEBUG"]) / f"failures-{args.jobs}.json").write_text(json.dumps(trail, indent=1))
     rows_audit = len(store.query(cluster=args.cluster, limit=None))
     state_rows = store.watch_state_rows(args.cluster)
@@ -357,7 +410,8 @@ async def _summary(args, sim: SimCluster, runner: SimRunner, stats: PassStats, c
     passes = [p for p in stats.passes if p[2] > 0]
     return {
         "jobs": args.jobs, "shards": args.shards, "interval_s": args.interval, "epilog": args.epilog,
-        "passes": len(passes), "pass_s": [round(p[1], 3) for p in passes],
+        "passes": len(passes), "pass_s": [round(p[1], 3) for p in passes if not p[3]],
+        "first_pass_s": [round(p[1], 3) for p in passes if p[3]],
         "failures": len(sim.failures), "detected": len(latencies), "latencies_s": [round(x, 3) for x in latencies],
         "audit_rows": rows_audit, "state_rows": state_rows, "heartbeat_bytes": beats,
         "legacy_heartbeat_bytes": legacy_bytes, "watch_history_events": info.history_length,

@@ -2,7 +2,17 @@
 
 One worker on the main task queue runs the workflows, the attribution and the
 audit activities; one worker per cluster serves that cluster's scheduler task
-queue (`jobmedic-slurm-<cluster>`): evidence collection, actions and the watch.
+queue (`jobmedic-slurm-<cluster>`): evidence collection, actions and the watch,
+and the cluster's watch workflow itself.
+
+The watch workflow runs on the scheduler queue, not the main one: its shards ask
+it for pokes twice a second (a query, which waits for a workflow task slot like
+any task), and on the main queue those queries and the poke signals waited behind
+the job workflows' tasks. At 10,000 jobs a burst of them (the watch's routine
+observations, audit batches) made the queries time out for seconds at a time, so
+a failure's poke was taken 5-15 s late. Watches started before this keep running
+on the main queue (the main worker still has the workflow) until they are
+restarted.
 """
 
 from __future__ import annotations
@@ -38,6 +48,13 @@ if TYPE_CHECKING:  # the adapters are imported where they are built (a cluster m
     from adapters.slurm.client import SlurmClient
 
 WORKFLOWS = [JobRecoveryWorkflow, ClusterWatchWorkflow, SystemicGuardWorkflow]
+# Workflows kept in memory between their tasks: more than the job workflows of the largest cluster at once, with
+# room for the ones that start while ended ones wait for their goodbye. The cache is LRU and the watch touches the
+# job workflows in the same order every pass, so with even a few more running workflows than this every task was a
+# miss: a replay of the whole history (fetched from the server) and a fresh sandbox import of job_recovery.py
+# (~20 ms). At 10,000 jobs that was half the workflow worker's time and delayed each failure's detection by seconds.
+# A cached workflow costs ~100 KB; only running ones are kept.
+MAX_CACHED_WORKFLOWS = 40_000
 
 
 def recovery_input_factory(cluster: ClusterSettings):
@@ -205,7 +222,7 @@ async def build_workers(
             task_queue=settings.temporal.task_queue,
             workflows=WORKFLOWS,
             activities=[attribution.attribute, audit_acts.record_audit, systemic.report_failure, systemic.alert],
-            max_cached_workflows=10_000,
+            max_cached_workflows=MAX_CACHED_WORKFLOWS,
         )
     ] if role != "clusters" else []
     for part in served:
@@ -242,6 +259,7 @@ async def build_workers(
             Worker(
                 client,
                 task_queue=c.task_queue,
+                workflows=[ClusterWatchWorkflow],  # the cluster's watch (see the module's docstring)
                 activities=[
                     sched.read_job,
                     sched.collect_evidence,
@@ -276,7 +294,7 @@ async def start_watches(settings: Settings, client: Client, *, clusters: list[Cl
             WatchInput(cluster=c.name, poll_interval_s=c.poll_interval_s, scheduler_queue=c.task_queue,
                        shards=c.watch_shards),
             id=watch_workflow_id(c.name),
-            task_queue=settings.temporal.task_queue,
+            task_queue=c.task_queue,  # beside its activities, away from the job workflows' tasks
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
 
