@@ -42,7 +42,12 @@ STAGES = {
 
 
 async def _running_activity(address: str, cluster: str, job_id: str, activity: str) -> bool:
-    client = await Client.connect(address, data_converter=pydantic_data_converter)
+    try:
+        client = await Client.connect(address, data_converter=pydantic_data_converter)
+    except RuntimeError as exc:
+        if "not healthy" in str(exc) or "Unavailable" in str(exc):
+            return False  # a server just started (or back) answers 'Frontend is not healthy yet': not yet, ask again
+        raise
     async for wf in client.list_workflows(recovery_query(cluster=cluster, job_id=job_id)):
         desc = await client.get_workflow_handle(wf.id).describe()
         for pending in desc.raw_description.pending_activities:
