@@ -203,6 +203,12 @@ _MM_TIME = re.compile(r"(?:^|\s)time:\s*(" + _NUM + ")")
 _MM_LOSS = re.compile(r"(?:^|\s)loss:\s*(" + _NUM + ")")
 
 
+def _number_after(rx: re.Pattern[str], text: str) -> float | None:
+    """The number `rx`'s first group finds in `text`, or None."""
+    m = rx.search(text)
+    return _float(m.group(1)) if m else None
+
+
 def _parse_mmengine(line: str) -> ProgressSample | None:
     m = _MMENGINE.search(line)
     if m is None:
@@ -211,9 +217,8 @@ def _parse_mmengine(line: str) -> ProgressSample | None:
     if m.group(1) is not None:  # epoch-based: the epochs before this one ran `total` batches each
         step += (max(1, int(m.group(1))) - 1) * total
     rest = line[m.end():]
-    time_s, loss = _MM_TIME.search(rest), _MM_LOSS.search(rest)
-    return ProgressSample(iteration=step, loss=_float(loss.group(1)) if loss else None,
-                          iter_time_s=_float(time_s.group(1)) if time_s else None, source="mmengine")
+    return ProgressSample(iteration=step, loss=_number_after(_MM_LOSS, rest), iter_time_s=_number_after(_MM_TIME, rest),
+                          source="mmengine")
 
 
 # --------------------------------------------------------------------------- fairseq
@@ -229,11 +234,10 @@ def _parse_fairseq(line: str) -> ProgressSample | None:
     m = _FAIRSEQ.search(line)
     if m is None:
         return None
-    loss, wps = _FAIRSEQ_LOSS.search(line), _FAIRSEQ_WPS.search(line)
     return ProgressSample(
         iteration=int(m.group(1)),
-        loss=_float(loss.group(1)) if loss else None,
-        throughput=_float(wps.group(1)) if wps else None,
+        loss=_number_after(_FAIRSEQ_LOSS, line),
+        throughput=_number_after(_FAIRSEQ_WPS, line),
         source="fairseq",
     )
 
